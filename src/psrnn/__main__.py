@@ -1,0 +1,3 @@
+from psrnn.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The one command line: `python -m psrnn <command> ...` (Snakemake, DVC and tests call it).
+
+    python -m psrnn --help
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+
+Each command lives in the module that does the work; that module provides
+`configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are
+imported only when their command runs, so `--help` and light commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "config": ("psrnn.config_cli", "validate a suite config and list its runs"),
+    "fixtures": ("psrnn.data.fixtures", "write small synthetic archives in the upstream formats"),
+    "download": ("psrnn.data.download", "download and verify a dataset's archives"),
+    "prepare": ("psrnn.data.prepare", "turn downloaded archives into prepared sequence tensors"),
+    "train": ("psrnn.training", "train one model (one experiment, one seed)"),
+    "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
+    "compile": ("psrnn.results", "compile tables, figures and the report from finished runs"),
+    "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
+    "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
+}
+
+
+class UserError(Exception):
+    """An error caused by input (config, archive, path): printed as one line, exit 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from psrnn import __version__
+
+    parser = argparse.ArgumentParser(prog="python -m psrnn", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"psrnn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name in sys.argv[1:2]:  # only the chosen command's module is imported
+            importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    saved, sys.argv = sys.argv, [sys.argv[0], *argv]
+    try:
+        args = build_parser().parse_args(argv)
+    finally:
+        sys.argv = saved
+    from psrnn.config import ConfigError
+
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except (UserError, ConfigError, FileNotFoundError) as err:
+        print(f"psrnn {args.command}: error: {err}", file=sys.stderr)
+        return 2

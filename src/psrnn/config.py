@@ -1,0 +1,300 @@
+"""Configuration: one run's knobs (`RunConfig`) and the suite config that holds the grid.
+
+    python -m psrnn config config/small.yaml            # validate, print the runs
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+
+A *suite config* (`config/small.yaml`, `config/paper.yaml`) names the datasets, the seeds,
+the defaults and the experiments; it is validated against `config/schema.yaml` (JSON
+Schema 2020-12) before anything runs. Every experiment resolves, per seed, to one flat
+`RunConfig`: defaults < experiment < selected grid point < command-line `--set`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = ROOT / "config" / "schema.yaml"
+
+DATASETS = ("mnist", "fmnist", "cifar10", "imdb", "dbpedia")
+TASKS = ("rec", "pred")
+
+
+class ConfigError(ValueError):
+    """A config value is missing or wrong; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one training run depends on. Field comments are the documentation."""
+
+    # --- data -------------------------------------------------------------------------
+    dataset: str = "mnist"  # one of DATASETS
+    data_dir: str = ""  # prepared dataset directory (train/valid/test .pt + manifest.json)
+    # --- model ------------------------------------------------------------------------
+    hidden: int = 128  # main GRU hidden size d
+    shared: float = 0.5  # shared proportion r/d: units [0, round(shared*hidden)) feed the decoders
+    tasks: tuple[str, ...] = ("rec",)  # auxiliary tasks: "rec" (backwards, before anchor), "pred" (after)
+    anchors: int = 1  # anchors m per sequence
+    window: int = 50  # window length l of each auxiliary task
+    sampling: str = "stratified"  # "stratified" (thesis 3.1: one draw in each of m regions) | "uniform" (Trinh et al.)
+    decoder_input: str = "teacher"  # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
+    decoder_layers: int = 1  # GRU layers of each auxiliary decoder (its hidden size is r)
+    aux_weight: float = 1.0  # total loss = CE + aux_weight * aux (paper: 1)
+    embedding: int = 0  # text only: >0 learns a character embedding of this size (DBpedia: 100); 0 = one-hot
+    head: str = "linear"  # classifier on the full final state: "linear" | "mlp"
+    head_hidden: int = 0  # width of the MLP head's hidden layer (0 = same as `hidden`)
+    # --- optimisation -----------------------------------------------------------------
+    optimizer: str = "sgdr"  # "sgdr": SGD + CosineAnnealingWarmRestarts (paper) | "adam"
+    lr: float = 0.05
+    momentum: float = 0.9  # SGD only
+    weight_decay: float = 0.0
+    restart_epochs: int = 10  # SGDR T_0 (epochs until the first restart)
+    restart_mult: int = 2  # SGDR T_mult (each cycle this many times longer)
+    batch_size: int = 128
+    max_epochs: int = 200
+    patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs)
+    clip: float = 1.0  # max global gradient norm (0 = off)
+    # --- bookkeeping ------------------------------------------------------------------
+    seed: int = 0
+    device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
+    capture_epochs: tuple[int, ...] = ()  # epochs whose start records h_1..h_n (Figure 3); 0 = before training
+    capture_samples: int = 1  # how many test sequences are recorded
+    progress: str = "auto"  # "auto" (bar on a terminal, plain lines otherwise) | "bar" | "plain"
+
+    @property
+    def shared_units(self) -> int:
+        """r: the number of shared hidden units."""
+        return int(round(self.shared * self.hidden))
+
+    @property
+    def has_aux(self) -> bool:
+        return self.shared_units > 0 and len(self.tasks) > 0 and self.anchors > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+RUN_FIELDS = {f.name: f for f in fields(RunConfig)}
+# Keys an experiment may carry besides RunConfig fields.
+EXPERIMENT_META = ("ref", "grid", "note", "figure")
+
+
+def coerce_run(values: dict[str, Any]) -> RunConfig:
+    """RunConfig from a plain dict (lists become tuples); unknown keys are an error."""
+    unknown = sorted(set(values) - set(RUN_FIELDS))
+    if unknown:
+        raise ConfigError(f"unknown run setting(s): {', '.join(unknown)}")
+    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    cfg = RunConfig(**kw)
+    check_run(cfg)
+    return cfg
+
+
+def check_run(cfg: RunConfig) -> None:
+    """Value checks for one run; each error names the key."""
+    def bad(key: str, why: str) -> None:
+        raise ConfigError(f"{key}={getattr(cfg, key)!r}: {why}")
+
+    if cfg.dataset not in DATASETS:
+        bad("dataset", f"unknown dataset, expected one of {', '.join(DATASETS)}")
+    if not 0.0 <= cfg.shared <= 1.0:
+        bad("shared", "must be in [0, 1]")
+    if cfg.hidden < 1:
+        bad("hidden", "must be >= 1")
+    if any(t not in TASKS for t in cfg.tasks):
+        bad("tasks", f"each task must be one of {', '.join(TASKS)}")
+    if cfg.anchors < 0:
+        bad("anchors", "must be >= 0")
+    if cfg.window < 1:
+        bad("window", "must be >= 1")
+    if cfg.sampling not in ("stratified", "uniform"):
+        bad("sampling", "must be 'stratified' or 'uniform'")
+    if cfg.decoder_input not in ("teacher", "estimate"):
+        bad("decoder_input", "must be 'teacher' or 'estimate'")
+    if cfg.head not in ("linear", "mlp"):
+        bad("head", "must be 'linear' or 'mlp'")
+    if cfg.optimizer not in ("sgdr", "adam"):
+        bad("optimizer", "must be 'sgdr' or 'adam'")
+    for key in ("lr", "batch_size", "max_epochs", "restart_epochs", "restart_mult", "decoder_layers"):
+        if getattr(cfg, key) <= 0:
+            bad(key, "must be > 0")
+    for key in ("patience", "clip", "weight_decay", "momentum", "aux_weight", "embedding", "capture_samples"):
+        if getattr(cfg, key) < 0:
+            bad(key, "must be >= 0")
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`["lr=0.1", "tasks=[rec,pred]"]` -> `{"lr": 0.1, "tasks": ["rec", "pred"]}` (YAML values)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+# --- suite configs -----------------------------------------------------------------------
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    with path.open() as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Check a suite config against the JSON Schema, then the cross-key rules.
+
+    Raises ConfigError naming the offending key (e.g. `experiments.mnist_ps.shared`).
+    """
+    import jsonschema
+
+    schema = load_yaml(SCHEMA_PATH)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ConfigError(f"{source}: {key}: {e.message}")
+    for name, exp in cfg["experiments"].items():
+        if exp["dataset"] not in cfg["datasets"]:
+            raise ConfigError(f"{source}: experiments.{name}.dataset: "
+                              f"{exp['dataset']!r} is not listed under datasets")
+        for point in grid_points(exp):
+            values = {k: v for k, v in {**cfg.get("defaults", {}), **exp, **point[1]}.items()
+                      if k not in EXPERIMENT_META}
+            try:
+                run = coerce_run(values)
+            except (ConfigError, TypeError) as err:
+                raise ConfigError(f"{source}: experiments.{name}: {err}") from None
+            check_window(cfg, name, run, source)
+    return cfg
+
+
+def min_length(cfg: dict[str, Any], dataset: str) -> int:
+    """The shortest sequence a dataset can hold under this config (for window checks)."""
+    opts = cfg["datasets"][dataset].get("prepare", {}) or {}
+    side = opts.get("downsample")
+    if dataset in ("mnist", "fmnist"):
+        return (side or 28) ** 2
+    if dataset == "cifar10":
+        return (side or 32) ** 2
+    if dataset == "imdb":
+        return min(opts.get("min_chars", 500), opts.get("max_length") or 10**9)
+    return 1  # dbpedia: abstracts are short and ragged; out-of-range targets are masked
+
+
+def check_window(cfg: dict[str, Any], name: str, run: RunConfig, source: str) -> None:
+    if not run.has_aux:
+        return
+    n = min_length(cfg, run.dataset)
+    if run.dataset != "dbpedia" and n - 2 * run.window < run.anchors:
+        raise ConfigError(
+            f"{source}: experiments.{name}.window: {run.window} leaves no room for "
+            f"{run.anchors} anchor(s) in [window, n - window] with n = {n} steps")
+
+
+def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load and validate a suite config; `overrides` are merged into the top level first."""
+    cfg = load_yaml(path)
+    for key, value in (overrides or {}).items():
+        cfg[key] = value
+    return validate_suite(cfg, source=str(path))
+
+
+def enabled_datasets(cfg: dict[str, Any]) -> list[str]:
+    return [d for d, opts in cfg["datasets"].items() if opts.get("enabled", True)]
+
+
+def enabled_experiments(cfg: dict[str, Any]) -> list[str]:
+    on = set(enabled_datasets(cfg))
+    return [n for n, e in cfg["experiments"].items() if e["dataset"] in on]
+
+
+def grid_points(exp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """[(point_id, overrides)] for an experiment's grid; [("default", {})] without one.
+
+    Point ids are stable and filesystem-safe: keys sorted, e.g. `hidden-64_lr-0.1`.
+    """
+    grid = exp.get("grid") or {}
+    if not grid:
+        return [("default", {})]
+    keys = sorted(grid)
+    points = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        values = dict(zip(keys, combo))
+        pid = "_".join(f"{k}-{_slug(v)}" for k, v in values.items())
+        points.append((pid, values))
+    return points
+
+
+def _slug(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "", text)
+
+
+def data_root(cfg: dict[str, Any]) -> Path:
+    return Path("data") / cfg["name"]
+
+
+def results_root(cfg: dict[str, Any]) -> Path:
+    return Path("results") / cfg["name"]
+
+
+def run_dir(cfg: dict[str, Any], experiment: str, seed: int) -> Path:
+    return results_root(cfg) / "runs" / experiment / f"seed{seed}"
+
+
+def search_dir(cfg: dict[str, Any], experiment: str, point: str) -> Path:
+    return results_root(cfg) / "search" / experiment / point
+
+
+def selection_path(cfg: dict[str, Any], experiment: str) -> Path:
+    return results_root(cfg) / "search" / experiment / "selected.json"
+
+
+def resolve_run(cfg: dict[str, Any], experiment: str, seed: int, point: str | None = None,
+                selected: dict[str, Any] | None = None,
+                overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The RunConfig of one (experiment, seed[, grid point]).
+
+    `point` picks a grid point by id (search runs); `selected` is the chosen point's
+    overrides (final runs after the search); `overrides` are the command line's --set.
+    """
+    if experiment not in cfg["experiments"]:
+        raise ConfigError(f"unknown experiment {experiment!r}; known: "
+                          f"{', '.join(sorted(cfg['experiments']))}")
+    exp = cfg["experiments"][experiment]
+    values: dict[str, Any] = dict(cfg.get("defaults", {}))
+    values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
+    if point is not None:
+        points = dict(grid_points(exp))
+        if point not in points:
+            raise ConfigError(f"experiments.{experiment}: unknown grid point {point!r}; "
+                              f"known: {', '.join(points)}")
+        values.update(points[point])
+    values.update(selected or {})
+    values.update(overrides or {})
+    values["seed"] = seed
+    values.setdefault("data_dir", str(data_root(cfg) / "prepared" / exp["dataset"]))
+    return coerce_run(values)
+
+
+def has_grid(cfg: dict[str, Any], experiment: str) -> bool:
+    return bool(cfg["experiments"][experiment].get("grid"))

@@ -1,0 +1,48 @@
+"""`python -m psrnn config <suite.yaml>`: validate a suite config and list its runs.
+
+    python -m psrnn config config/paper.yaml          # one line per run
+    python -m psrnn config config/small.yaml --json   # the expanded plan, for tools
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from psrnn import config as C
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="suite config (YAML)")
+    p.add_argument("--json", action="store_true", help="print the expanded plan as JSON")
+
+
+def plan(cfg: dict) -> dict:
+    """Every job the config implies: search points per experiment, then final runs."""
+    out = {"name": cfg["name"], "datasets": C.enabled_datasets(cfg), "experiments": {}}
+    for name in C.enabled_experiments(cfg):
+        exp = cfg["experiments"][name]
+        out["experiments"][name] = {
+            "dataset": exp["dataset"],
+            "ref": exp.get("ref"),
+            "search": [pid for pid, _ in C.grid_points(exp)] if C.has_grid(cfg, name) else [],
+            "seeds": list(cfg["seeds"]),
+        }
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.path)
+    p = plan(cfg)
+    if args.json:
+        print(json.dumps(p, indent=2, sort_keys=True))
+        return 0
+    n_runs = n_search = 0
+    for name, e in p["experiments"].items():
+        n_runs += len(e["seeds"])
+        n_search += len(e["search"])
+        grid = f", grid {len(e['search'])} points" if e["search"] else ""
+        print(f"{name:28s} {e['dataset']:8s} seeds {e['seeds']}{grid}")
+    print(f"{cfg['name']}: {len(p['datasets'])} datasets, {len(p['experiments'])} experiments, "
+          f"{n_runs} runs + {n_search} search runs")
+    return 0

@@ -1,0 +1,66 @@
+"""Atomic file writes: a reader (or a killed run) never sees a half-written file.
+
+Each writer writes to a temporary file in the target's folder, fsyncs it, then
+`os.replace`s it over the target (atomic on POSIX within one file system).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `target`; on success it replaces `target`."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, target)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_bytes(target: str | Path, data: bytes) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(target: str | Path, text: str) -> None:
+    write_bytes(target, text.encode("utf-8"))
+
+
+def write_json(target: str | Path, obj: Any) -> None:
+    """Stable JSON: sorted keys, 2-space indent, trailing newline."""
+    write_text(target, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def torch_save(target: str | Path, obj: Any) -> None:
+    import torch
+
+    with atomic_path(target) as tmp:
+        torch.save(obj, tmp)
+
+
+def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
