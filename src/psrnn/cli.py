@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("psrnn.training", "train one model (one experiment, one seed)"),
     "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.results", "compile tables, figures and the report from finished runs"),
+    "paper": ("psrnn.workflow", "build the paper PDF from the compiled tables and figures"),
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
 }

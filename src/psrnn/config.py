@@ -147,7 +147,10 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 # --- suite configs -----------------------------------------------------------------------
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML mapping. A top-level `extends: <file>` (relative to this file) loads that
+    file first and merges this one over it, nested mappings key by key, so a config that
+    only switches something on (config/paper-dbpedia.yaml) holds just that change."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -155,7 +158,21 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(fh)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    return data
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    parent = (path.parent / str(base)).resolve()
+    if parent in _seen:
+        raise ConfigError(f"{path}: extends: {base}: circular")
+    return _merge(load_yaml(parent, (*_seen, path.resolve())), data)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both_maps else value
+    return out
 
 
 def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any]:
