@@ -1,0 +1,214 @@
+# The reproduction as one DAG: fixtures -> download -> prepare -> [search -> select] ->
+# train -> compile -> paper. Every job calls `python -m psrnn <command>`.
+#
+#   snakemake --cores all --use-singularity                 # the paper config, in the CUDA image
+#   snakemake --cores 2 --configfile config/small.yaml      # the small config (CI), local env
+#   snakemake -n --configfile config/paper-dbpedia.yaml     # the paper config plus DBpedia
+#   snakemake --workflow-profile profiles/slurm ...         # on a SLURM cluster
+#
+# profiles/default (picked up automatically) adds --rerun-incomplete, --apptainer-args
+# --nv, one GPU slot, printed shell commands. File lists and job parameters come from
+# src/psrnn/workflow.py; the config is validated there (JSON Schema + cross-key checks)
+# before any job starts.
+#
+# When jobs re-run: the run settings of each job are a `params` value (psrnn.workflow's
+# dataset_spec / experiment_spec), so editing one experiment in the config re-runs that
+# experiment only. File inputs produced upstream are `ancient()`: a checkout by git or
+# DVC rewrites mtimes, which must not re-train anything; a job that re-runs still makes
+# its consumers re-run (Snakemake propagates re-runs through the DAG). Code changes
+# under src/ are not tracked by Snakemake; `dvc repro` (dvc.yaml) re-runs on them.
+
+import os
+
+from psrnn import config as C
+from psrnn import workflow as W
+
+
+configfile: workflow.source_path("config/paper.yaml")
+
+
+# Snakemake merges --configfile into the file above; the jobs must see exactly one
+# config, so the merged `config` dict is not used (see psrnn.workflow).
+SUITE = W.suite_path(
+    workflow.overwrite_configfiles,
+    default=workflow.source_path("config/paper.yaml"),
+    cli_config=dict(workflow.config_settings.config),
+)
+CFG = C.load_suite(SUITE)
+RESULTS = str(C.results_root(CFG))
+DATA = str(C.data_root(CFG))
+
+
+# The jobs find the suite config through $PSRNN_CONFIG rather than a param: it says
+# where the settings live, not what they are (the params do), so two configs that
+# define the same runs (paper, paper-dbpedia) share their finished jobs. PYTHONPATH
+# makes the jobs run this checkout's code, also inside the container image.
+shell.prefix(
+    "set -euo pipefail; "
+    f"export PSRNN_CONFIG='{W.shown(SUITE)}'; "
+    f"export PYTHONPATH='{workflow.basedir}/src'${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+)
+
+
+container: W.container(CFG)
+
+
+wildcard_constraints:
+    dataset="|".join(C.DATASETS),
+    experiment="[A-Za-z0-9_]+",
+    point="[A-Za-z0-9.+_-]+",
+    seed="[0-9]+",
+
+
+rule all:
+    input:
+        W.targets(CFG),
+    default_target: True
+
+
+rule fixtures:
+    """Small synthetic archives in the upstream formats (configs with `fixtures:` only)."""
+    output:
+        W.fixture_files(CFG),
+    params:
+        folder=CFG.get("fixtures", ""),
+    log:
+        f"{RESULTS}/logs/fixtures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/fixtures.tsv"
+    shell:
+        "python -m psrnn fixtures {params.folder} > {log} 2>&1"
+
+
+rule download:
+    """One dataset's upstream archives, md5-checked; download.json is written last."""
+    input:
+        lambda w: [ancient(f) for f in W.download_inputs(CFG, w.dataset)],
+    output:
+        f"{DATA}/raw/{{dataset}}/download.json",
+    params:
+        spec=lambda w: W.dataset_spec(CFG, w.dataset),
+    log:
+        f"{RESULTS}/logs/download/{{dataset}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/download/{{dataset}}.tsv"
+    retries: 2
+    shell:
+        'python -m psrnn download {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
+
+
+rule prepare:
+    """Archives -> train/valid/test tensors + manifest.json (manifest written last)."""
+    input:
+        ancient(f"{DATA}/raw/{{dataset}}/download.json"),
+    output:
+        expand(f"{DATA}/prepared/{{{{dataset}}}}/{{name}}", name=W.SPLIT_FILES),
+    params:
+        spec=lambda w: W.dataset_spec(CFG, w.dataset),
+    log:
+        f"{RESULTS}/logs/prepare/{{dataset}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare/{{dataset}}.tsv"
+    resources:
+        mem_mb=16000,
+    shell:
+        'python -m psrnn prepare {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
+
+
+rule search:
+    """One grid point of an experiment, trained with the first seed."""
+    input:
+        data=lambda w: ancient(W.manifest(CFG, W.experiment_dataset(CFG, w.experiment))),
+    output:
+        f"{RESULTS}/search/{{experiment}}/{{point}}/metrics.json",
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment, w.point),
+        seed=CFG["seeds"][0],
+        out=lambda w, output: os.path.dirname(output[0]),
+    log:
+        f"{RESULTS}/logs/search/{{experiment}}/{{point}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/search/{{experiment}}/{{point}}.tsv"
+    threads: 1
+    resources:
+        **W.train_resources(CFG),
+    shell:
+        'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
+        "--experiment {wildcards.experiment} --seed {params.seed} --point {wildcards.point} "
+        "--out {params.out} > {log} 2>&1"
+
+
+rule select:
+    """The experiment's grid point with the best validation accuracy -> selected.json."""
+    input:
+        lambda w: [ancient(f) for f in W.search_metrics(CFG, w.experiment)],
+    output:
+        f"{RESULTS}/search/{{experiment}}/selected.json",
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
+    log:
+        f"{RESULTS}/logs/select/{{experiment}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/select/{{experiment}}.tsv"
+    shell:
+        'python -m psrnn select --config "$PSRNN_CONFIG" --experiment {wildcards.experiment} '
+        "> {log} 2>&1"
+
+
+rule train:
+    """One final run (experiment x seed), with the selected grid point if there is a grid."""
+    input:
+        unpack(lambda w: {k: ancient(v) for k, v in W.train_inputs(CFG, w.experiment).items()}),
+    output:
+        f"{RESULTS}/runs/{{experiment}}/seed{{seed}}/metrics.json",
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
+        selected=lambda w, input: f"--selected {input.selected}" if "selected" in input.keys() else "",
+        out=lambda w, output: os.path.dirname(output[0]),
+    log:
+        f"{RESULTS}/logs/train/{{experiment}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{experiment}}/seed{{seed}}.tsv"
+    threads: 1
+    resources:
+        **W.train_resources(CFG),
+    shell:
+        'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
+        "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
+        "--out {params.out} > {log} 2>&1"
+
+
+rule compile:
+    """Tables 1-4 (csv, md, tex), figures, REPORT.md and the summary metrics.json."""
+    input:
+        runs=[ancient(f) for f in W.final_metrics(CFG)],
+        reference=workflow.source_path("config/reference.yaml"),
+    output:
+        W.compile_outputs(CFG),
+    log:
+        f"{RESULTS}/logs/compile.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compile.tsv"
+    shell:
+        'python -m psrnn compile --config "$PSRNN_CONFIG" > {log} 2>&1'
+
+
+rule paper:
+    """paper/main.tex -> results/<name>/paper/paper.pdf against the compiled tables and
+    figures; build.json says whether it was built (the config's `latex:` decides whether
+    a missing latexmk is an error or a skip)."""
+    input:
+        ancient(W.compile_report(CFG)),
+        ancient(W.compile_metrics(CFG)),
+        tex=workflow.source_path("paper/main.tex"),
+    output:
+        W.paper_status(CFG),
+    log:
+        f"{RESULTS}/logs/paper.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/paper.tsv"
+    # LaTeX lives on the host, not in the CUDA image: a `run:` job runs in Snakemake's
+    # own environment, and `container: None` keeps its shell out of the image too.
+    container: None
+    run:
+        shell('python -m psrnn paper --config "$PSRNN_CONFIG" > {log} 2>&1')

@@ -1,0 +1,84 @@
+"""Pick an experiment's best grid point by validation accuracy: `python -m psrnn select`.
+
+    python -m psrnn select --config config/small.yaml --experiment mnist_ps
+    # reads results/small/search/mnist_ps/<point>/metrics.json for every grid point
+    # writes results/small/search/mnist_ps/selected.json
+
+selected.json = {"experiment", "point", "overrides" (the point's grid values, what
+`train --selected` applies), "best_valid_acc", "candidates": [{"point", "valid_acc"}, ...]
+in grid order}. The best point has the highest `best_valid_acc`; ties go to the lower
+validation loss (main + aux of the best checkpoint), then to the earlier grid point, so
+the choice never depends on file-system order. The test set is never looked at.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from psrnn import config as C
+from psrnn.cli import UserError
+from psrnn.files import read_json, write_json
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument("--experiment", required=True, help="experiment with a `grid:`")
+    p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
+
+
+def select(experiment: str, points: list[tuple[str, dict[str, Any]]],
+           metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The selection record from each grid point's metrics.json (point id -> dict).
+
+    `points` is the grid in order, [(point id, overrides)]; every point must have metrics.
+    """
+    missing = [pid for pid, _ in points if pid not in metrics]
+    if missing:
+        raise UserError(f"experiment {experiment}: no finished search run for grid point(s) "
+                        f"{', '.join(missing)} (metrics.json missing)")
+
+    def rank(i: int) -> tuple[float, float, int]:
+        m = metrics[points[i][0]]
+        valid_loss = float(m.get("valid_main_loss", 0.0)) + float(m.get("valid_aux_loss", 0.0))
+        return (-float(m["best_valid_acc"]), valid_loss, i)
+
+    best = min(range(len(points)), key=rank)
+    pid, overrides = points[best]
+    return {
+        "experiment": experiment,
+        "point": pid,
+        "overrides": overrides,
+        "best_valid_acc": float(metrics[pid]["best_valid_acc"]),
+        "candidates": [{"point": p, "valid_acc": float(metrics[p]["best_valid_acc"])}
+                       for p, _ in points],
+    }
+
+
+def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any]]:
+    """metrics.json of every finished grid point of `experiment` (point id -> dict)."""
+    out = {}
+    for pid, _ in C.grid_points(cfg["experiments"][experiment]):
+        path = C.search_dir(cfg, experiment, pid) / "metrics.json"
+        if path.is_file():
+            out[pid] = read_json(path)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.config)
+    if args.experiment not in cfg["experiments"]:
+        raise UserError(f"unknown experiment {args.experiment!r}; known: "
+                        f"{', '.join(sorted(cfg['experiments']))}")
+    if not C.has_grid(cfg, args.experiment):
+        raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
+    points = C.grid_points(cfg["experiments"][args.experiment])
+    record = select(args.experiment, points, read_search(cfg, args.experiment))
+    out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
+    write_json(out, record)
+    for c in record["candidates"]:
+        mark = "*" if c["point"] == record["point"] else " "
+        print(f"{mark} {c['point']:40s} valid_acc {c['valid_acc']:.4f}")
+    print(f"{args.experiment}: selected {record['point']} -> {out}")
+    return 0

@@ -1,0 +1,275 @@
+"""What Snakemake builds for a suite config: target files, job inputs and job parameters.
+
+    snakemake -n                                           # the paper config (default)
+    snakemake --cores 2 --configfile config/small.yaml     # the small config, end to end
+    python -m psrnn.workflow params config/paper.yaml      # our parameter counts vs the paper's
+
+The Snakefile stays declarative; every path list and parameter it needs comes from these
+functions. They take the validated suite config (a dict) and return paths relative to
+the working directory, following the conventions of `psrnn.config`, so they are tested
+without Snakemake (tests/test_workflow.py).
+
+Which suite config a Snakemake run uses: Snakemake *merges* `--configfile` into the
+Snakefile's `configfile:` (the paper config), which would mix the two configs'
+experiments. So the merged `config` dict is never read: `suite_path` picks the one file
+(the last `--configfile`, else the default), and that file alone is loaded and
+validated here and handed to every `python -m psrnn` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from psrnn import config as C
+
+SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
+# Scheduler hints of one training job unless the suite config's `resources.train` says
+# otherwise: one GPU, host memory for the prepared split tensors, minutes of wall time.
+TRAIN_RESOURCES = {"gpu": 1, "mem_mb": 16000, "runtime": 24 * 60}
+
+
+# --- which config --------------------------------------------------------------------------
+
+
+def suite_path(cli_configfiles: list[str | Path], default: str | Path,
+               cli_config: dict[str, Any] | None = None) -> Path:
+    """The suite config file of this Snakemake run: the last `--configfile`, else `default`.
+
+    `--config key=value` is refused: the `python -m psrnn` commands read the file, so a
+    value set only on Snakemake's command line would not reach them. Put the change in a
+    config file instead (see config/paper-dbpedia.yaml for one that extends another).
+    """
+    if cli_config:
+        keys = ", ".join(sorted(cli_config))
+        raise C.ConfigError(
+            f"snakemake --config {keys}: not supported; the jobs read the suite config file, "
+            f"so write the change into a config file (it may `extends:` another) and pass "
+            f"it with --configfile")
+    return Path(cli_configfiles[-1] if cli_configfiles else default)
+
+
+def shown(path: str | Path) -> str:
+    """`path` relative to the working directory when it lies inside it (readable logs and
+    jobs that do not depend on where the clone lives), else absolute."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def fixture_files(cfg: dict[str, Any]) -> list[str]:
+    """What `python -m psrnn fixtures <dir>` writes that the DAG tracks (one MD5SUMS per
+    dataset; the archives sit beside it); [] for configs without `fixtures:`."""
+    folder = cfg.get("fixtures")
+    return [f"{folder}/{ds}/MD5SUMS" for ds in C.DATASETS] if folder else []
+
+
+def download_marker(cfg: dict[str, Any], dataset: str) -> str:
+    return f"{C.data_root(cfg)}/raw/{dataset}/download.json"
+
+
+def prepared_files(cfg: dict[str, Any], dataset: str) -> list[str]:
+    return [f"{C.data_root(cfg)}/prepared/{dataset}/{name}" for name in SPLIT_FILES]
+
+
+def manifest(cfg: dict[str, Any], dataset: str) -> str:
+    return f"{C.data_root(cfg)}/prepared/{dataset}/manifest.json"
+
+
+def search_metrics(cfg: dict[str, Any], experiment: str) -> list[str]:
+    """metrics.json of every grid point of `experiment` ([] without a grid)."""
+    if not C.has_grid(cfg, experiment):
+        return []
+    return [f"{C.search_dir(cfg, experiment, pid)}/metrics.json"
+            for pid, _ in C.grid_points(cfg["experiments"][experiment])]
+
+
+def selection(cfg: dict[str, Any], experiment: str) -> str:
+    return str(C.selection_path(cfg, experiment))
+
+
+def run_metrics(cfg: dict[str, Any], experiment: str, seed: int) -> str:
+    return f"{C.run_dir(cfg, experiment, seed)}/metrics.json"
+
+
+def final_metrics(cfg: dict[str, Any]) -> list[str]:
+    """metrics.json of every final run: enabled experiments x seeds."""
+    return [run_metrics(cfg, exp, seed)
+            for exp in C.enabled_experiments(cfg) for seed in cfg["seeds"]]
+
+
+def compile_outputs(cfg: dict[str, Any]) -> list[str]:
+    """What `python -m psrnn compile` writes: tables (csv, md, tex), figures (pdf, png,
+    svg), REPORT.md and the summary metrics.json that DVC shows (psrnn.results lists them)."""
+    from psrnn.results import output_paths
+
+    return [str(p) for p in output_paths(cfg)]
+
+
+def compile_report(cfg: dict[str, Any]) -> str:
+    return f"{C.results_root(cfg)}/REPORT.md"
+
+
+def compile_metrics(cfg: dict[str, Any]) -> str:
+    return f"{C.results_root(cfg)}/metrics.json"
+
+
+def paper_status(cfg: dict[str, Any]) -> str:
+    """build.json of the paper job (whether the PDF was built, or why not)."""
+    return f"{C.results_root(cfg)}/paper/build.json"
+
+
+def targets(cfg: dict[str, Any]) -> list[str]:
+    """`rule all`: the compiled artefacts and the paper."""
+    return [*compile_outputs(cfg), paper_status(cfg)]
+
+
+def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
+    """Every file a job of the DAG declares, upstream first (tests compare this with
+    Snakemake's own view and with dvc.yaml)."""
+    files = list(fixture_files(cfg))
+    for ds in C.enabled_datasets(cfg):
+        files += [download_marker(cfg, ds), *prepared_files(cfg, ds)]
+    for exp in C.enabled_experiments(cfg):
+        if C.has_grid(cfg, exp):
+            files += [*search_metrics(cfg, exp), selection(cfg, exp)]
+    files += final_metrics(cfg)
+    return files + targets(cfg)
+
+
+# --- job inputs and parameters -------------------------------------------------------------
+
+
+def download_inputs(cfg: dict[str, Any], dataset: str) -> list[str]:
+    """The fixture archives when the config builds them (the download reads them through
+    the dataset's mirrors), else nothing: the official archives come from the network."""
+    folder = cfg.get("fixtures")
+    return [f"{folder}/{dataset}/MD5SUMS"] if folder else []
+
+
+def experiment_dataset(cfg: dict[str, Any], experiment: str) -> str:
+    return cfg["experiments"][experiment]["dataset"]
+
+
+def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
+    """A final run needs its prepared dataset, and its grid search's choice if it has one."""
+    inputs = {"data": manifest(cfg, experiment_dataset(cfg, experiment))}
+    if C.has_grid(cfg, experiment):
+        inputs["selected"] = selection(cfg, experiment)
+    return inputs
+
+
+def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
+    """Everything a dataset's download and preparation depend on, as stable JSON: a Snakemake
+    param, so editing it re-runs exactly that dataset's jobs and what follows."""
+    return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]},
+                      sort_keys=True)
+
+
+def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
+    """Everything a training job depends on besides its files, as stable JSON: defaults,
+    the experiment (grid included), the grid point, and its dataset's preparation.
+    A Snakemake param: editing one experiment re-runs that experiment only."""
+    exp = cfg["experiments"][experiment]
+    spec = {
+        "defaults": cfg.get("defaults", {}),
+        "experiment": exp,
+        "point": dict(C.grid_points(exp)).get(point) if point else None,
+        "data": json.loads(dataset_spec(cfg, exp["dataset"])),
+    }
+    return json.dumps(spec, sort_keys=True)
+
+
+def train_resources(cfg: dict[str, Any]) -> dict[str, int]:
+    """Snakemake resources of a training job: TRAIN_RESOURCES, then `resources.train`."""
+    return {**TRAIN_RESOURCES, **((cfg.get("resources") or {}).get("train") or {})}
+
+
+def container(cfg: dict[str, Any]) -> str | None:
+    """Image for `--use-singularity`: the config's `container:` (a .sif path or a URI)."""
+    return cfg.get("container")
+
+
+# --- parameter counts ------------------------------------------------------------------------
+
+# Shape of each dataset's model input, from the preparation rules (PAPER_NOTES, Table 1):
+# (input kind, values per step or alphabet size, classes). Text alphabets come from the
+# config's `prepare.alphabet_size` when set.
+INPUT_SHAPES = {
+    "mnist": ("continuous", 1, 10),
+    "fmnist": ("continuous", 1, 10),
+    "cifar10": ("continuous", 3, 10),
+    "imdb": ("categorical", 60, 2),
+    "dbpedia": ("categorical", 70, 14),
+}
+
+
+def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
+    a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
+    from psrnn.models import param_counts
+
+    paper = {row["id"]: row.get("params")
+             for table in ("table2", "table4") for row in reference.get(table, [])}
+    rows = []
+    for name, exp in cfg["experiments"].items():
+        if exp.get("ref") not in paper or paper[exp["ref"]] is None:
+            continue
+        run = C.resolve_run(cfg, name, cfg["seeds"][0])
+        kind, features, classes = INPUT_SHAPES[run.dataset]
+        alphabet = (cfg["datasets"][run.dataset].get("prepare") or {}).get("alphabet_size")
+        if kind == "categorical" and alphabet:
+            features = alphabet
+        ours = param_counts(run, kind, features, classes)["params"]
+        rows.append({"experiment": name, "ref": exp["ref"], "hidden": run.hidden,
+                     "ours": ours, "paper": paper[exp["ref"]],
+                     "ratio": ours / paper[exp["ref"]]})
+    return rows
+
+
+# --- the paper rule: `python -m psrnn paper --config <suite.yaml>` ---------------------------
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build paper/main.tex against the compiled tables and figures (psrnn.results.paper;
+    the config's `latex:` decides whether a missing latexmk skips or fails) without
+    compiling again, so the paper job never rewrites the compile job's outputs."""
+    from psrnn.results.paper import build_paper, report_status
+
+    cfg = C.load_suite(args.config)
+    return report_status(build_paper(cfg, C.results_root(cfg)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m psrnn.workflow params <suite.yaml>`: our parameter counts vs the paper's."""
+    import yaml
+
+    p = argparse.ArgumentParser(prog="python -m psrnn.workflow", description=main.__doc__)
+    p.add_argument("what", choices=["params"])
+    p.add_argument("config", help="suite config (YAML)")
+    args = p.parse_args(argv)
+    cfg = C.load_suite(args.config)
+    with open(C.ROOT / "config" / "reference.yaml") as fh:
+        reference = yaml.safe_load(fh)
+    print(f"{'experiment':28s} {'ref':34s} {'hidden':>6s} {'ours':>11s} {'paper':>11s} ratio")
+    for r in param_table(cfg, reference):
+        print(f"{r['experiment']:28s} {r['ref']:34s} {r['hidden']:6d} {r['ours']:11,d} "
+              f"{r['paper']:11,d} {r['ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
