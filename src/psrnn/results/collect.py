@@ -1,0 +1,224 @@
+"""Reading finished runs, dataset manifests and the reference file (the I/O edge of compile).
+
+    python -m psrnn compile --config config/small.yaml
+
+A run counts as finished when its `metrics.json` exists (training writes it last), so a
+run still in progress or never started is simply missing, never a zero.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from psrnn import config as C
+from psrnn.files import read_json
+
+REFERENCE_PATH = C.ROOT / "config" / "reference.yaml"
+KINDS = ("gru", "full", "ps")  # plain GRU, full share (Trinh et al. RNN-AE), private/shared
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished (experiment, seed): its folder and its metrics.json."""
+
+    experiment: str
+    seed: int
+    dir: Path
+    metrics: dict[str, Any]
+
+    def value(self, key: str) -> float:
+        v = self.metrics.get(key)
+        return math.nan if v is None else float(v)
+
+
+@dataclass
+class Suite:
+    """Everything compile reads, gathered once; tables, figures and the report are pure
+    functions of it."""
+
+    cfg: dict[str, Any]
+    reference: dict[str, Any]
+    runs: dict[str, list[Run]]  # enabled experiment -> finished runs, by seed
+    settings: dict[str, dict[str, Any]]  # enabled experiment -> resolved RunConfig dict
+    manifests: dict[str, dict[str, Any]]  # dataset -> manifest.json (prepared datasets only)
+    search: list[dict[str, Any]] = field(default_factory=list)  # search runs' metrics.json
+
+    @property
+    def name(self) -> str:
+        return self.cfg["name"]
+
+    @property
+    def paper_scale(self) -> bool:
+        return bool(self.cfg.get("paper_scale", False))
+
+    @property
+    def experiments(self) -> list[str]:
+        """Enabled experiments in config order (the order of every listing)."""
+        return list(self.settings)
+
+    def ref_of(self, experiment: str) -> str | None:
+        return self.cfg["experiments"][experiment].get("ref")
+
+    def experiments_for(self, ref_id: str) -> list[str]:
+        return [e for e in self.experiments if self.ref_of(e) == ref_id]
+
+    def kind(self, experiment: str) -> str:
+        return model_kind(self.settings[experiment])
+
+
+# --- reference ----------------------------------------------------------------------------
+
+
+def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"reference file not found: {path}")
+    with path.open() as fh:
+        return yaml.safe_load(fh)
+
+
+def reference_ids(reference: dict[str, Any]) -> set[str]:
+    return {row["id"] for key in ("table2", "table3", "table4", "figures") for row in reference.get(key, [])}
+
+
+def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
+    """A `ref:` that names no reference row is a typo that would silently drop a row."""
+    known = reference_ids(reference)
+    for name, exp in cfg["experiments"].items():
+        ref = exp.get("ref")
+        if ref is not None and ref not in known:
+            raise C.ConfigError(f"experiments.{name}.ref: {ref!r} is not a row of config/reference.yaml")
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def model_kind(settings: dict[str, Any]) -> str:
+    """gru (no auxiliary task), full (every unit shared) or ps (private/shared)."""
+    r = int(round(float(settings.get("shared", 0)) * int(settings.get("hidden", 1))))
+    if r == 0 or not settings.get("tasks") or int(settings.get("anchors", 0)) == 0:
+        return "gru"
+    return "full" if r >= int(settings["hidden"]) else "ps"
+
+
+def shared_percent(settings: dict[str, Any]) -> float:
+    """The shared proportion actually realised: round(shared * d) units of d, in %."""
+    d = int(settings["hidden"])
+    return 100.0 * int(round(float(settings["shared"]) * d)) / d
+
+
+def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
+    """Finished runs of every enabled experiment for the config's seeds (sorted)."""
+    out: dict[str, list[Run]] = {}
+    for exp in C.enabled_experiments(cfg):
+        runs = []
+        for seed in sorted(cfg["seeds"]):
+            d = results_dir / "runs" / exp / f"seed{seed}"
+            if (d / "metrics.json").is_file():
+                runs.append(Run(exp, seed, d, read_json(d / "metrics.json")))
+        out[exp] = runs
+    return out
+
+
+def load_settings(cfg: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
+    """Each experiment's run settings: from its first run when there is one (the truth,
+    grid selection included), else resolved from the config."""
+    out = {}
+    for exp, rs in runs.items():
+        if rs and isinstance(rs[0].metrics.get("config"), dict):
+            out[exp] = rs[0].metrics["config"]
+        else:
+            out[exp] = C.resolve_run(cfg, exp, sorted(cfg["seeds"])[0]).to_dict()
+    return out
+
+
+def load_search(results_dir: Path) -> list[dict[str, Any]]:
+    """metrics.json of every grid-search run (only their wall time is reported)."""
+    return [read_json(p) for p in sorted((results_dir / "search").glob("*/*/metrics.json"))]
+
+
+def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for ds in C.enabled_datasets(cfg):
+        p = data_dir / "prepared" / ds / "manifest.json"
+        if p.is_file():
+            out[ds] = read_json(p)
+    return out
+
+
+def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, data_dir: Path) -> Suite:
+    check_refs(cfg, reference)
+    runs = load_runs(cfg, results_dir)
+    return Suite(cfg=cfg, reference=reference, runs=runs, settings=load_settings(cfg, runs),
+                 manifests=load_manifests(cfg, data_dir), search=load_search(results_dir))
+
+
+def load_history(run: Run) -> pd.DataFrame | None:
+    p = run.dir / "history.csv"
+    if not p.is_file():
+        return None
+    return pd.read_csv(io.StringIO(p.read_text()))
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray] | None:
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in sorted(z.files)}
+
+
+# --- manifests ----------------------------------------------------------------------------
+
+
+def _dig(d: Any, *paths: str) -> Any:
+    """The first of several dotted key paths present in a nested dict (None if none is).
+
+    Manifests are written by the data preparation code; reading a few spellings keeps
+    compile working while that format settles.
+    """
+    for path in paths:
+        cur = d
+        for key in path.split("."):
+            if isinstance(cur, dict) and key in cur:
+                cur = cur[key]
+            else:
+                cur = None
+                break
+        if cur is not None:
+            return cur
+    return None
+
+
+def manifest_stats(m: dict[str, Any]) -> dict[str, float | None]:
+    """Table 1's numbers from a manifest: mean length (train split), classes, split sizes."""
+    out: dict[str, float | None] = {"classes": _num(_dig(m, "num_classes", "classes"))}
+    for split in C_SPLITS:
+        out[split] = _num(_dig(m, f"counts.{split}", f"splits.{split}.count", f"splits.{split}.n",
+                               f"splits.{split}.size", f"{split}.count", f"{split}.n", f"sizes.{split}"))
+    mean = _dig(m, "lengths.train.mean", "length.train.mean", "splits.train.length.mean",
+                "splits.train.lengths.mean", "splits.train.mean_length", "train.length.mean",
+                "mean_length.train", "length_stats.train.mean")
+    out["mean_length"] = _num(mean)
+    return out
+
+
+C_SPLITS = ("train", "valid", "test")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (list, tuple)):  # e.g. classes given as a list of names
+        return float(len(v))
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

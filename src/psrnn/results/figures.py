@@ -1,0 +1,345 @@
+"""The paper's figures from the runs, each saved as PDF, PNG and SVG, byte-stable.
+
+    python -m psrnn compile --config config/paper.yaml   # -> results/paper/figures/*
+
+fig2_shared_proportion  accuracy and losses against the shared proportion (paper Fig. 2)
+fig3_hidden_states      each hidden unit's T values as a square picture (paper Fig. 3)
+curves_<experiment>     validation accuracy and losses per epoch, seeds overlaid
+fig1_gradient_norms     beyond the paper: a measured version of its schematic Figure 1
+
+Figures use matplotlib's object API (no pyplot state) under one rc context: fixed font,
+DPI, SVG hash salt and metadata without dates, so the same runs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from psrnn.files import atomic_path  # noqa: E402
+from psrnn.results import fmt  # noqa: E402
+from psrnn.results.collect import Suite, load_history, load_npz, shared_percent  # noqa: E402
+from psrnn.results.tables import best_experiment, metric, table2_experiments  # noqa: E402
+
+FORMATS = ("pdf", "png", "svg")
+STYLE = {
+    "font.family": "DejaVu Sans",  # ships with matplotlib: same glyphs on every machine
+    "font.size": 9,
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "svg.hashsalt": "psrnn",  # SVG element ids from a fixed salt instead of random ones
+    "svg.fonttype": "path",
+    "pdf.fonttype": 3,  # matplotlib's default; 42 is ~2x slower to write and looks the same
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "lines.linewidth": 1.2,
+}
+METADATA = {
+    "pdf": {"Creator": "psrnn", "Producer": "psrnn", "CreationDate": None, "ModDate": None},
+    "png": {"Software": "psrnn"},
+    "svg": {"Creator": "psrnn", "Date": None},
+}
+COLORS = {"acc": "C0", "main": "C1", "aux": "C2"}
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """Write stem.pdf/.png/.svg atomically; returns the paths."""
+    out = []
+    with matplotlib.rc_context(STYLE):
+        # lay out once and freeze: constrained layout would otherwise rerun for every format
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+        for ext in FORMATS:
+            target = stem.with_suffix(f".{ext}")
+            with atomic_path(target) as tmp:
+                fig.savefig(tmp, format=ext, metadata=METADATA[ext])
+            out.append(target)
+    return out
+
+
+def _figure(s: Suite, title: str, w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    fig.suptitle(f"{title}\n{fmt.scale_label(s.name, s.paper_scale)}", fontsize=9)
+    return fig
+
+
+def _placeholder(fig: Figure, text: str) -> Figure:
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    return fig
+
+
+# --- Figure 2 -------------------------------------------------------------------------------
+
+
+def fig2_shared_proportion(s: Suite) -> Figure:
+    """Accuracy (left) and test main / aux loss (right) against the shared proportion."""
+    fig = _figure(s, "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)", 6.4, 4.8)
+    ax = fig.add_subplot()
+    ax2 = ax.twinx()
+    ax2.grid(False)
+    ref = s.reference["table4"]
+    px = [r["shared"] for r in ref]
+    ax.plot(px, [r["acc"] for r in ref], "s--", color=COLORS["acc"], mfc="none", lw=0.8, label="accuracy (paper)")
+    ax2.plot(px, [r["main_loss"] for r in ref], "o--", color=COLORS["main"], mfc="none", lw=0.8, label="main loss (paper)")
+    aux_ref = [(r["shared"], r["aux_loss"]) for r in ref if r["aux_loss"] is not None]
+    ax2.plot(*zip(*aux_ref), "^--", color=COLORS["aux"], mfc="none", lw=0.8, label="aux loss (paper)")
+
+    ours = []  # (shared %, acc, main, aux) per experiment with runs
+    for r in ref:
+        for exp in s.experiments_for(r["id"]):
+            if s.runs.get(exp):
+                aux = metric(s, exp, "test_aux_loss") if s.kind(exp) != "gru" else None
+                ours.append((shared_percent(s.settings[exp]), metric(s, exp, "test_acc", 100.0),
+                             metric(s, exp, "test_main_loss"), aux))
+    ours.sort(key=lambda o: o[0])
+    if ours:
+        x = [o[0] for o in ours]
+        _errorbar(ax, x, [o[1] for o in ours], "s-", COLORS["acc"], "accuracy (ours)")
+        _errorbar(ax2, x, [o[2] for o in ours], "o-", COLORS["main"], "main loss (ours)")
+        aux = [(o[0], o[3]) for o in ours if o[3] is not None]
+        if aux:
+            _errorbar(ax2, [a[0] for a in aux], [a[1] for a in aux], "^-", COLORS["aux"], "aux loss (ours)")
+    else:
+        ax.text(0.5, 0.05, "no finished table4 runs in this config: paper values only",
+                transform=ax.transAxes, ha="center", fontsize=8)
+    ax.set_xlabel("shared proportion (%)")
+    ax.set_ylabel("test accuracy (%)")
+    ax2.set_ylabel("test loss")
+    ax.set_xticks([0, 10, 30, 50, 70, 100])
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, fontsize=7, loc="outside lower center", ncols=3)
+    return fig
+
+
+def _errorbar(ax, x, summaries, style, color, label) -> None:
+    y = [m.mean for m in summaries]
+    err = [0.0 if math.isnan(m.std) else m.std for m in summaries]
+    ax.errorbar(x, y, yerr=err, fmt=style, color=color, capsize=3, label=label + " ± std")
+
+
+# --- Figure 3 -------------------------------------------------------------------------------
+
+
+def fig3_experiment(s: Suite) -> tuple[str | None, int | None]:
+    """(experiment, seed) of the Figure 3 run: the first `figure: fig3` experiment, its
+    smallest seed with hidden_states.npz."""
+    for exp in s.experiments:
+        if s.cfg["experiments"][exp].get("figure") == "fig3":
+            for run in s.runs.get(exp, []):
+                if (run.dir / "hidden_states.npz").is_file():
+                    return exp, run.seed
+            return exp, None
+    return None, None
+
+
+def square(values: np.ndarray) -> np.ndarray:
+    """(T,) -> (side, side) with side = ceil(sqrt(T)); steps past T are nan (blank)."""
+    t = values.shape[0]
+    side = math.isqrt(t)
+    side += side * side < t
+    out = np.full(side * side, np.nan, dtype=np.float64)
+    out[:t] = values
+    return out.reshape(side, side)
+
+
+def mosaic(pictures: list[np.ndarray], rows: int) -> np.ndarray:
+    """Tile equal-size pictures column by column into a grid with nan gutters."""
+    if not pictures:
+        return np.full((1, 1), np.nan)
+    h, w = pictures[0].shape
+    cols = math.ceil(len(pictures) / rows)
+    out = np.full((rows * (h + 1) - 1, cols * (w + 1) - 1), np.nan)
+    for i, p in enumerate(pictures):
+        r, c = i % rows, i // rows  # column-major, like the paper: 2 columns of 4 units
+        out[r * (h + 1): r * (h + 1) + h, c * (w + 1): c * (w + 1) + w] = p
+    return out
+
+
+def fig3_hidden_states(s: Suite) -> Figure:
+    exp, seed = fig3_experiment(s)
+    title = "Figure 3: hidden-state pictures (each unit's values over time, one square per unit)"
+    if exp is None:
+        return _placeholder(_figure(s, title, 6.4, 2.5), "no experiment with `figure: fig3` in this config")
+    if seed is None:
+        return _placeholder(_figure(s, title, 6.4, 2.5), f"{exp}: no finished run with hidden_states.npz")
+    run = next(r for r in s.runs[exp] if r.seed == seed)
+    z = load_npz(run.dir / "hidden_states.npz")
+    states = z["states"]  # (E, S, T, d)
+    epochs = [int(e) for e in z["epochs"]]
+    r, d = int(z["shared_units"]), states.shape[-1]
+    rows = min(max(r, d - r, 1), math.ceil(math.sqrt(2 * max(r, d - r, 1))))
+    side = square(states[0, 0, :, 0]).shape[0]
+    cols = math.ceil(max(r, d - r, 1) / rows)
+    aspect = (cols * (side + 1) - 1) / (rows * (side + 1) - 1)  # mosaic width / height
+    row_h = 2.0
+    fig = _figure(s, f"{title}\n{exp}, seed {seed}, d = {d}, shared units 1-{r}, private {r + 1}-{d}",
+                  max(6.4, row_h * (1 + 2 * aspect) + 2.0), 1.2 + row_h * len(epochs))
+    axes = fig.subplots(len(epochs), 3, squeeze=False, width_ratios=[1, aspect, aspect])
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="white")
+    x = z["x"][0]  # (T, F) the recorded test sequence
+    image = None
+    for i, epoch in enumerate(epochs):
+        h = states[i, 0]  # (T, d) sample 0 at every epoch, so only training changes the picture
+        pics = [square(h[:, u]) for u in range(d)]
+        ax_in, ax_s, ax_p = axes[i]
+        _input_picture(ax_in, x)
+        ax_in.set_ylabel("start" if epoch == 0 else f"after {epoch} epoch" + ("s" if epoch > 1 else ""))
+        for ax, group, name in ((ax_s, pics[:r], f"shared units 1-{r}"), (ax_p, pics[r:], f"private units {r + 1}-{d}")):
+            image = ax.imshow(mosaic(group, rows), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            if i == 0:
+                ax.set_title(name if group else f"{name.split()[0]} units: none", fontsize=8)
+        if i == 0:
+            ax_in.set_title(f"input (label {int(z['y'][0])})", fontsize=8)
+    fig.colorbar(image, ax=axes[:, 1:].ravel().tolist(), shrink=0.6, label="hidden state value")
+    return fig
+
+
+def _input_picture(ax, x: np.ndarray) -> None:
+    """The model input as a picture: grey for 1 feature, RGB for 3, symbol index otherwise."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.grid(False)
+    if x.shape[1] == 3:
+        rgb = np.stack([square(x[:, c]) for c in range(3)], axis=-1)
+        top = np.nanmax(rgb) or 1.0
+        ax.imshow(np.nan_to_num(rgb / top, nan=1.0), interpolation="nearest")
+    else:
+        ax.imshow(square(x[:, 0]), cmap="gray_r", interpolation="nearest")
+
+
+# --- training curves ------------------------------------------------------------------------
+
+
+def curves(s: Suite, exp: str) -> Figure:
+    """Validation accuracy, main and aux loss per epoch for every finished seed."""
+    fig = _figure(s, f"Training curves: {exp} ({s.cfg['experiments'][exp]['dataset']})", 9.0, 3.2)
+    runs = [(r.seed, load_history(r)) for r in s.runs.get(exp, [])]
+    runs = [(seed, h) for seed, h in runs if h is not None and len(h)]
+    if not runs:
+        return _placeholder(fig, f"{exp}: no finished run")
+    ax_acc, ax_main, ax_aux = fig.subplots(1, 3)
+    has_aux = s.kind(exp) != "gru"
+    for i, (seed, h) in enumerate(runs):
+        c = f"C{i % 10}"
+        ax_acc.plot(h["epoch"], 100.0 * h["valid_acc"], color=c, label=f"seed {seed}")
+        ax_main.plot(h["epoch"], h["train_main_loss"], "--", color=c, lw=0.8)
+        ax_main.plot(h["epoch"], h["valid_main_loss"], color=c)
+        if has_aux:
+            ax_aux.plot(h["epoch"], h["train_aux_loss"], "--", color=c, lw=0.8)
+            ax_aux.plot(h["epoch"], h["valid_aux_loss"], color=c)
+        best = run_best_epoch(s, exp, seed)
+        if best is not None:
+            ax_acc.axvline(best, color=c, ls=":", lw=0.8)
+    ax_acc.set_title("validation accuracy (%), dotted: best epoch", fontsize=8)
+    ax_main.set_title("main loss (train dashed, valid solid)", fontsize=8)
+    ax_aux.set_title("aux loss (train dashed, valid solid)", fontsize=8)
+    if not has_aux:
+        ax_aux.text(0.5, 0.5, "no auxiliary task", transform=ax_aux.transAxes, ha="center")
+    for ax in (ax_acc, ax_main, ax_aux):
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_acc.legend(fontsize=7)
+    return fig
+
+
+def run_best_epoch(s: Suite, exp: str, seed: int) -> int | None:
+    run = next((r for r in s.runs.get(exp, []) if r.seed == seed), None)
+    v = run.metrics.get("best_epoch") if run else None
+    return None if v is None else int(v)
+
+
+# --- Figure 1, measured ---------------------------------------------------------------------
+
+
+def fig1_models(s: Suite) -> list[tuple[str, str, int]]:
+    """[(kind, experiment, seed)] for the gradient-norm figure.
+
+    The private/shared model is the best (mean validation accuracy) table2 ps experiment
+    with a grad_norms.npz, falling back to the Figure 3 experiment; the GRU and full-share
+    panels are the best of their kind on the same dataset. Seed = the smallest with the file.
+    """
+    def with_norms(exp: str) -> int | None:
+        return next((r.seed for r in s.runs.get(exp, []) if (r.dir / "grad_norms.npz").is_file()), None)
+
+    datasets = list(dict.fromkeys(s.cfg["experiments"][e]["dataset"] for e in s.experiments))
+    for ds in datasets:
+        ps = best_experiment(s, [e for e in table2_experiments(s, ds, "ps") if with_norms(e) is not None])
+        if ps is None:
+            continue
+        out = []
+        for kind in ("gru", "full"):
+            e = best_experiment(s, [e for e in table2_experiments(s, ds, kind) if with_norms(e) is not None])
+            if e is not None:
+                out.append((kind, e, with_norms(e)))
+        return out + [("ps", ps, with_norms(ps))]
+    exp, _ = fig3_experiment(s)
+    if exp is not None and with_norms(exp) is not None:
+        return [(s.kind(exp), exp, with_norms(exp))]
+    return []
+
+
+GRAD_LINES = (("ce_shared", "C0", "-", "supervised, shared units"),
+              ("ce_private", "C1", "-", "supervised, private units"),
+              ("aux_shared", "C2", "--", "auxiliary, shared units"),
+              ("aux_private", "C3", "--", "auxiliary, private units"))
+KIND_TITLE = {"gru": "(a) GRU", "full": "(b) full share (RNN-AE)", "ps": "(c) private/shared"}
+
+
+def fig1_gradient_norms(s: Suite) -> Figure:
+    """Per time step norm of d(loss)/d(h_t), shared vs private units (paper Fig. 1, measured)."""
+    title = "Figure 1, measured: gradient norm per time step w.r.t. the hidden state (best checkpoint)"
+    models = fig1_models(s)
+    if not models:
+        return _placeholder(_figure(s, title, 6.4, 2.5), "no finished run with grad_norms.npz")
+    fig = _figure(s, title, 3.3 * len(models) + 0.6, 3.4)
+    axes = fig.subplots(1, len(models), squeeze=False, sharey=True)[0]
+    for ax, (kind, exp, seed) in zip(axes, models):
+        run = next(r for r in s.runs[exp] if r.seed == seed)
+        z = load_npz(run.dir / "grad_norms.npz")
+        for key, color, style, label in GRAD_LINES:
+            y = np.asarray(z[key], dtype=np.float64)
+            y = np.where(y > 0, y, np.nan)  # a unit group that does not exist, or no aux task
+            if np.isfinite(y).any():
+                ax.plot(np.arange(1, y.shape[0] + 1), y, style, color=color, lw=0.7, label=label)
+        ax.set_yscale("log")
+        ax.set_title(f"{KIND_TITLE[kind]}\n{exp}, seed {seed}, {int(z['shared_units'])}/{int(z['hidden'])} shared",
+                     fontsize=8)
+        ax.set_xlabel("time step t")
+    axes[0].set_ylabel("mean ||dL/dh_t|| over test sequences")
+    axes[-1].legend(fontsize=7)
+    return fig
+
+
+def figure_builders(s: Suite) -> list[tuple[str, Callable[[], Figure]]]:
+    """(stem, builder) of every figure, in a fixed order (builders run under STYLE)."""
+    out = [("fig1_gradient_norms", lambda: fig1_gradient_norms(s)),
+           ("fig2_shared_proportion", lambda: fig2_shared_proportion(s)),
+           ("fig3_hidden_states", lambda: fig3_hidden_states(s))]
+    for exp in s.experiments:
+        out.append((f"curves_{exp}", lambda exp=exp: curves(s, exp)))
+    return out
+
+
+def write_figures(s: Suite, fig_dir: Path) -> list[Path]:
+    """Build and save every figure; returns the written paths."""
+    written = []
+    for stem, build in figure_builders(s):
+        with matplotlib.rc_context(STYLE):
+            fig = build()
+            written += save(fig, fig_dir / stem)
+    return written

@@ -1,0 +1,101 @@
+"""Number formatting and escaping shared by tables, figures and the report.
+
+    python -m psrnn compile --config config/small.yaml
+
+Every printed number goes through here, so "missing" looks the same everywhere ("—",
+never 0) and the text is byte-stable.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from psrnn.results.stats import Summary
+
+DASH = "—"  # a missing value: no experiment, no finished run, or no paper value
+SMALL_LABEL = "small config — not a reproduction of the paper"
+
+
+def scale_label(name: str, paper_scale: bool) -> str:
+    """The line every figure carries about the config."""
+    return f"config {name}" + ("" if paper_scale else f": {SMALL_LABEL}")
+
+
+def is_missing(x: float | None) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    return DASH if is_missing(x) else f"{x:.{digits}f}"
+
+
+def signed(x: float | None, digits: int = 2) -> str:
+    return DASH if is_missing(x) else f"{x:+.{digits}f}"
+
+
+def count(n: float | None) -> str:
+    """Parameter counts the paper's way: 90K, 1M, 3.1M (3 significant digits)."""
+    if is_missing(n):
+        return DASH
+    n = float(n)
+    if n >= 1e6:
+        return f"{n / 1e6:.3g}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.3g}K"
+    return f"{n:.0f}"
+
+
+def integer(n: float | None) -> str:
+    return DASH if is_missing(n) else f"{int(round(n)):,}"
+
+
+def mean_std(s: Summary, digits: int = 2) -> str:
+    """"98.52 ± 0.11"; a single seed shows its value alone; no runs show the dash."""
+    if s.n == 0:
+        return DASH
+    if s.n == 1:
+        return f"{s.mean:.{digits}f}"
+    return f"{s.mean:.{digits}f} ± {s.std:.{digits}f}"
+
+
+def ci(s: Summary, digits: int = 2) -> str:
+    if s.n < 2:
+        return DASH
+    return f"[{s.ci_low:.{digits}f}, {s.ci_high:.{digits}f}]"
+
+
+def tasks(ts: list[str] | tuple[str, ...] | None) -> str:
+    """["rec", "pred"] -> "pred+rec" (sorted, so the paper's and ours compare as text)."""
+    return "+".join(sorted(ts)) if ts else DASH
+
+
+def csv_cell(x: object) -> str:
+    """A CSV cell: missing is empty, integral floats print as integers, others round-trip."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return repr(round(x, 6))
+    return str(x)
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+        "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+        "—": "---", "–": "--", "±": r"$\pm$", "−": "$-$", "Δ": r"$\Delta$", "×": r"$\times$",
+        "≥": r"$\geq$", "≤": r"$\leq$", ">=": r"$\geq$", "<=": r"$\leq$", ">": "$>$", "<": "$<$",
+        "|": r"$|$", "`": ""}
+_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))  # ">=" before ">"
+
+
+def tex(text: str) -> str:
+    """Escape plain text for LaTeX (pdflatex with the default fonts)."""
+    return _TEX_RE.sub(lambda m: _TEX[m.group(0)], str(text))
+
+
+def md(text: str) -> str:
+    """A Markdown table cell: pipes escaped, no line breaks."""
+    return str(text).replace("|", r"\|").replace("\n", " ")

@@ -1,0 +1,385 @@
+"""Tests of `python -m psrnn compile` (psrnn.results) on synthetic run folders.
+
+    uv run pytest tests/test_results.py -q
+
+The runs, manifests and suite config are written by hand below, so every expected
+number (means, sample stds, t-intervals, paired differences) is computed here from the
+seed values, independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from psrnn import config as C
+from psrnn.cli import main
+from psrnn.results import output_paths, report, tables
+from psrnn.results.collect import gather, load_reference, manifest_stats
+from psrnn.results.fmt import DASH, SMALL_LABEL
+from psrnn.results.stats import paired, summarize, verdict
+
+T975_2 = 4.302652729911275  # t quantile 0.975 with 2 degrees of freedom (3 seeds)
+T975_1 = 12.706204736174707  # ... with 1 degree of freedom (2 seeds)
+
+# test accuracy per seed (fractions, as in metrics.json)
+ACC = {
+    "mnist_gru": {0: 0.90, 1: 0.92, 2: 0.94},  # mean 92, std 2 (in %)
+    "mnist_full": {0: 0.93, 1: 0.95},  # seed 2 never finished
+    "mnist_ps": {0: 0.95, 1: 0.96, 2: 0.98},  # mean 96.333.., std 1.5275..
+    "mnist_fig3": {0: 0.80},
+    # cifar_s50 has no finished run at all
+}
+VALID = {"mnist_gru": 0.91, "mnist_full": 0.94, "mnist_ps": 0.97, "mnist_fig3": 0.8}
+
+
+def suite_config(name: str, paper_scale: bool, latex: str = "auto") -> dict:
+    return {
+        "name": name,
+        "paper_scale": paper_scale,
+        "latex": latex,
+        "seeds": [0, 1, 2],
+        "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 500}},
+                     "cifar10": {"prepare": {"downsample": 8}}},
+        "defaults": {"hidden": 16, "max_epochs": 3, "patience": 50, "tasks": ["rec"]},
+        "experiments": {
+            "mnist_gru": {"dataset": "mnist", "ref": "table2/mnist/gru", "shared": 0.0},
+            "mnist_full": {"dataset": "mnist", "ref": "table2/mnist/full-rec-a1", "shared": 1.0,
+                           "anchors": 1, "window": 50},
+            "mnist_ps": {"dataset": "mnist", "ref": "table2/mnist/ps30-predrec-a40", "shared": 0.5,
+                         "tasks": ["pred", "rec"], "anchors": 4, "window": 10},
+            "mnist_fig3": {"dataset": "mnist", "ref": "fig3/mnist-h16", "figure": "fig3",
+                           "shared": 0.5, "anchors": 1, "window": 10, "capture_epochs": [0, 1]},
+            "cifar_s50": {"dataset": "cifar10", "ref": "table4/shared-50", "shared": 0.5,
+                          "anchors": 2, "window": 10},
+        },
+    }
+
+
+def write_run(root: Path, cfg: dict, exp: str, seed: int, test_acc: float, valid_acc: float) -> None:
+    """A finished run folder with every file of the contract (small arrays)."""
+    d = root / "results" / cfg["name"] / "runs" / exp / f"seed{seed}"
+    d.mkdir(parents=True)
+    run_cfg = C.resolve_run(cfg, exp, seed).to_dict()
+    has_aux = run_cfg["shared"] > 0
+    rng = np.random.default_rng(seed)
+    t, hidden, r = 196, run_cfg["hidden"], int(round(run_cfg["shared"] * run_cfg["hidden"]))
+    epochs = [1, 2, 3]
+    lines = ["epoch,lr,train_main_loss,train_aux_loss,train_acc,valid_main_loss,valid_aux_loss,valid_acc,epoch_time_s"]
+    for e in epochs:
+        aux = 0.5 / e if has_aux else 0.0
+        lines.append(f"{e},0.05,{2.0 / e:.4f},{aux:.4f},{0.5 + 0.1 * e:.4f},{2.1 / e:.4f},{aux:.4f},"
+                     f"{valid_acc - 0.01 * (3 - e):.4f},1.5")
+    (d / "history.csv").write_text("\n".join(lines) + "\n")
+    np.savez(d / "grad_norms.npz",
+             ce_shared=np.abs(rng.normal(size=t)).astype(np.float32) * (r > 0),
+             ce_private=np.abs(rng.normal(size=t)).astype(np.float32) * (r < hidden),
+             aux_shared=np.abs(rng.normal(size=t)).astype(np.float32) * has_aux,
+             aux_private=np.zeros(t, np.float32),
+             shared_units=np.int64(r), hidden=np.int64(hidden))
+    if run_cfg["capture_epochs"]:
+        caps = run_cfg["capture_epochs"]
+        np.savez(d / "hidden_states.npz", epochs=np.array(caps, np.int64),
+                 states=np.tanh(rng.normal(size=(len(caps), 1, t, hidden))).astype(np.float32),
+                 x=rng.uniform(size=(1, t, 1)).astype(np.float32), y=np.array([7], np.int64),
+                 shared_units=np.int64(r))
+    metrics = {
+        "experiment": exp, "config_name": cfg["name"], "seed": seed, "point": None,
+        "dataset": run_cfg["dataset"], "test_acc": test_acc, "best_valid_acc": valid_acc,
+        "best_epoch": 3, "epochs_run": 3, "stopped": "max_epochs",
+        "test_main_loss": 1.0 - test_acc, "test_aux_loss": 0.25 if has_aux else 0.0,
+        "valid_main_loss": 0.3, "valid_aux_loss": 0.2 if has_aux else 0.0,
+        "train_main_loss": 0.2, "train_aux_loss": 0.1 if has_aux else 0.0,
+        "params": 1000 * hidden + (500 if has_aux else 0), "params_main": 1000 * hidden,
+        "params_head": 170, "params_aux": 500 if has_aux else 0, "shared_units": r,
+        "wall_time_s": 1800.0, "samples_per_s": 100.0, "device": "cpu", "device_name": "Test CPU",
+        "torch_version": "2.14.1", "cuda_version": None, "platform": "Linux-test",
+        "git_commit": "abc1234", "psrnn_version": "0.1.0", "config": run_cfg,
+    }
+    (d / "metrics.json").write_text(json.dumps(metrics))
+
+
+def write_manifest(root: Path, name: str) -> None:
+    """The keys `python -m psrnn prepare` writes (src/psrnn/data/prepare.py)."""
+    d = root / "data" / name / "prepared" / "mnist"
+    d.mkdir(parents=True)
+    stats = {"mean": 196.0, "min": 196, "max": 196}
+    (d / "manifest.json").write_text(json.dumps({
+        "dataset": "mnist", "input": "continuous", "features": 1, "scale": 255, "num_classes": 10,
+        "counts": {"train": 500, "valid": 10000, "test": 10000},
+        "length": {"train": stats, "valid": stats, "test": stats}}))
+
+
+def make_suite(root: Path, name: str = "t", paper_scale: bool = False, latex: str = "auto") -> Path:
+    """Config file, manifests and runs under `root`; returns the config path."""
+    cfg = suite_config(name, paper_scale, latex)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cfg = C.load_suite(path)
+    for exp, seeds in ACC.items():
+        for seed, acc in seeds.items():
+            write_run(root, cfg, exp, seed, acc, VALID[exp])
+    write_manifest(root, name)
+    return path
+
+
+def load(root: Path, path: Path):
+    cfg = C.load_suite(path)
+    return gather(cfg, load_reference(), root / "results" / cfg["name"], root / "data" / cfg["name"])
+
+
+def row(table, **match) -> dict:
+    df = table.data
+    for k, v in match.items():
+        df = df[df[k] == v]
+    assert len(df) == 1, match
+    return df.iloc[0].to_dict()
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def test_summary_mean_std_and_t_interval_by_hand():
+    s = summarize([0.90, 0.92, 0.94], scale=100.0)
+    half = T975_2 * 2.0 / math.sqrt(3)
+    assert (s.n, s.mean, s.std) == (3, pytest.approx(92.0), pytest.approx(2.0))
+    assert (s.ci_low, s.ci_high) == (pytest.approx(92.0 - half), pytest.approx(92.0 + half))
+    one = summarize([0.5])
+    assert one.n == 1 and one.mean == 0.5 and math.isnan(one.std) and math.isnan(one.ci_low)
+    assert summarize([]).n == 0 and summarize([None, float("nan")]).n == 0
+
+
+def test_paired_difference_uses_common_seeds_only():
+    diff, seeds = paired({0: 0.95, 1: 0.96, 2: 0.98}, {0: 0.90, 1: 0.92, 2: 0.94, 5: 0.1}, 100.0)
+    assert seeds == [0, 1, 2]
+    sd = math.sqrt(((5 - 13 / 3) ** 2 + 2 * (4 - 13 / 3) ** 2) / 2)  # diffs 5, 4, 4
+    assert diff.mean == pytest.approx(13 / 3) and diff.std == pytest.approx(sd)
+    assert diff.ci_low == pytest.approx(13 / 3 - T975_2 * sd / math.sqrt(3))
+
+
+def test_verdict_logic():
+    s = summarize([95.0, 96.0, 98.0])  # CI about [92.54, 100.13]
+    assert verdict(98.9, s, paper_scale=True).startswith("reproduced")
+    assert verdict(91.0, s, paper_scale=True) == "not reproduced (ours higher)"
+    assert verdict(101.0, s, paper_scale=True) == "not reproduced (ours lower)"
+    assert verdict(98.9, summarize([0.99]), paper_scale=True) == "n<2 (no CI)"
+    assert verdict(98.9, summarize([]), paper_scale=True) == "missing"
+    # a small config never claims a reproduction, even when the number falls inside the CI
+    assert verdict(98.9, s, paper_scale=False) == "not assessed (small config)"
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def test_table2_numbers_and_missing_rows(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    t = tables.table2(s)
+    assert len(t.data) == 22  # every reference row exactly once (one experiment per ref here)
+    gru = row(t, ref="table2/mnist/gru")
+    assert gru["experiment"] == "mnist_gru" and gru["n"] == 3
+    assert gru["acc_mean"] == pytest.approx(92.0) and gru["acc_std"] == pytest.approx(2.0)
+    assert gru["acc_ci_high"] == pytest.approx(92.0 + T975_2 * 2.0 / math.sqrt(3))
+    assert gru["diff"] == pytest.approx(92.0 - 98.5) and gru["paper_params"] == 90000
+    assert gru["params"] == 16000
+    full = row(t, ref="table2/mnist/full-rec-a1")  # 2 of 3 seeds finished
+    assert full["n"] == 2 and full["acc_mean"] == pytest.approx(94.0)
+    assert full["acc_ci_low"] == pytest.approx(94.0 - T975_1 * math.sqrt(2) / math.sqrt(2))
+    ps = row(t, ref="table2/mnist/ps30-predrec-a40")
+    assert ps["settings"] == "d=16, shared 50% (paper 30%), anchors 4 (paper 40), window 10 (paper 20)"
+    # rows without an experiment: missing, never zero
+    fm = row(t, ref="table2/fmnist/gru")
+    assert fm["n"] == 0 and math.isnan(fm["acc_mean"]) and fm["experiment"] == ""
+    disp = t.display.set_index("Experiment")
+    assert disp.loc["mnist_gru", "Ours acc %"] == "92.00 ± 2.00"
+    assert disp.loc["mnist_gru", "Δ"] == "-6.50"
+    assert disp.loc["mnist_full", "Ours acc %"] == "94.00 ± 1.41"
+    missing = t.display[t.display["Experiment"] == DASH]
+    assert len(missing) == 19 and set(missing["Ours acc %"]) == {DASH} and set(missing["Δ"]) == {DASH}
+    csv_lines = tables.to_csv(t, s).splitlines()
+    header = csv_lines[0].split(",")
+    fm_line = next(line for line in csv_lines if ",table2/fmnist/gru," in line).split(",")
+    assert fm_line[header.index("acc_mean")] == "" and fm_line[header.index("paper_acc")] == "90.5"
+
+
+def test_table1_table3_table4(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    t1 = tables.table1(s)
+    mn = row(t1, dataset="mnist")
+    assert (mn["mean_length"], mn["train"], mn["valid"], mn["test"], mn["classes"]) == (196, 500, 10000, 10000, 10)
+    cf = row(t1, dataset="cifar10")
+    assert cf["status"] == "not prepared" and math.isnan(cf["train"])
+    assert row(t1, dataset="imdb")["status"] == "not in this config"
+
+    t3 = tables.table3(s)
+    ours_ps = row(t3, model="private/shared (ours)")
+    assert ours_ps["mnist_experiment"] == "mnist_ps" and ours_ps["mnist"] == pytest.approx(96.0 + 1 / 3)
+    assert ours_ps["cifar10_n"] == 0 and math.isnan(ours_ps["cifar10"])
+    assert row(t3, model="iRNN")["mnist"] == 97.0
+
+    t4 = tables.table4(s)
+    assert len(t4.data) == 6
+    s50 = row(t4, ref="table4/shared-50")
+    assert s50["experiment"] == "cifar_s50" and s50["n"] == 0 and math.isnan(s50["acc_mean"])
+    assert s50["paper_main_loss"] == 0.865 and s50["shared_pct"] == 50.0
+    assert set(t4.display["Ours acc %"]) == {DASH}
+
+
+def test_best_experiment_is_chosen_on_validation_not_test(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    # mnist_fig3 is also private/shared but not a table2 experiment; mnist_ps wins on validation
+    assert tables.table2_experiments(s, "mnist", "ps") == ["mnist_ps"]
+    assert tables.best_experiment(s, ["mnist_gru", "mnist_full"]) == "mnist_full"  # valid .94 > .91
+
+
+def test_manifest_stats_reads_prepare_keys():
+    m = {"num_classes": 2, "counts": {"train": 20000, "valid": 2200, "test": 19000},
+         "length": {"train": {"mean": 1430.5, "min": 500, "max": 9000}}}
+    assert manifest_stats(m) == {"classes": 2, "train": 20000, "valid": 2200, "test": 19000,
+                                 "mean_length": 1430.5}
+
+
+def test_unknown_ref_is_a_config_error(tmp_path):
+    cfg = suite_config("t", False)
+    cfg["experiments"]["mnist_gru"]["ref"] = "table2/mnist/gru-typo"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError, match="mnist_gru.ref"):
+        load(tmp_path, path)
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path, name="p", paper_scale=True))
+    text = report.report_markdown(s, ["REPORT.md"])
+    lines = text.splitlines()
+
+    def line(prefix: str) -> str:
+        return next(x for x in lines if x.startswith(prefix))
+
+    assert "not reproduced (ours lower)" in line("| table2/mnist/gru accuracy % (mnist_gru)")
+    assert line("| table2/mnist/ps30-predrec-a40 accuracy").endswith("| reproduced (paper value within our 95% CI) |")
+    assert "| n<2 (no CI) |" not in line("| table2/mnist/full-rec-a1")  # n = 2 has a CI
+    assert line("| table2/fmnist/gru accuracy").endswith("| missing |")
+    assert line("| table4/shared-50 accuracy").endswith("| missing |")
+    # paired: ps - gru per seed = 5, 4, 4 pp; ps - full on seeds 0, 1 = 2, 1 pp
+    sd = math.sqrt(((5 - 13 / 3) ** 2 + 2 * (4 - 13 / 3) ** 2) / 2)
+    half = T975_2 * sd / math.sqrt(3)
+    gru_line = line("| MNIST | private/shared − GRU")
+    assert f"| +4.33 | [{13 / 3 - half:.2f}, {13 / 3 + half:.2f}] |" in gru_line
+    assert "[0, 1, 2]" in gru_line and "better (CI above 0)" in gru_line
+    full_line = line("| MNIST | private/shared − full share")
+    assert "[0, 1]" in full_line and "| +1.50 |" in full_line and "no clear difference" in full_line
+    assert "missing (no finished private/shared run)" in line("| CIFAR-10 | private/shared − GRU")
+    # provenance: 9 runs x 1800 s on CPU = 4.50 CPU hours
+    assert "- Runs: 9 of 15 finished" in text and "final runs 4.50 CPU h" in text
+    assert "`abc1234` (9 runs)" in text and "Test CPU; Linux-test; torch 2.14.1 (9 runs)" in text
+    # deviations from the config and the reference file
+    assert "MNIST: images resized to 14×14 (196 steps instead of 784)." in text
+    assert "MNIST: only the first 500 train samples are used." in text
+    assert "IMDB: not run (not in the config); its rows are missing." in text
+    assert "fig3/mnist-h16: pictures after epochs [0, 1] (paper [0, 5, 25]): mnist_fig3." in text
+    assert "9 of 9 finished runs hit their epoch budget" in text
+    assert SMALL_LABEL not in text
+    assert "- `mnist_full`: 2 of 3 runs finished" in text and "- `cifar_s50`: 0 of 3 runs finished" in text
+
+
+def test_small_config_is_never_a_reproduction(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    text = report.report_markdown(s, [])
+    assert SMALL_LABEL.capitalize() in text.splitlines()[2]
+    assert "reproduced (paper" not in text and "not assessed (small config)" in text
+    for t in tables.all_tables(s):
+        assert SMALL_LABEL in tables.to_markdown(t, s)
+        assert SMALL_LABEL in tables.to_csv(t, s).splitlines()[1]
+        assert r"\textbf{Small config --- not a reproduction of the paper.}" in tables.to_latex(t, s)
+    from psrnn.results import figures
+
+    for stem, build in figures.figure_builders(s)[:3]:
+        assert SMALL_LABEL in build().get_suptitle(), stem
+    assert report.summary_metrics(s)["status"] == SMALL_LABEL
+
+
+def test_summary_metrics_for_dvc(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    m = report.summary_metrics(s)
+    assert m["runs_finished"] == 9 and m["runs_expected"] == 15
+    assert m["experiments"]["mnist_gru"] == {"ref": "table2/mnist/gru", "n": 3, "test_acc_mean": 0.92,
+                                             "test_acc_std": 0.02, "best_valid_acc_mean": 0.91}
+    assert m["experiments"]["cifar_s50"]["n"] == 0 and m["experiments"]["cifar_s50"]["test_acc_mean"] is None
+
+
+# --- the command: outputs, determinism, paper -----------------------------------------------
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _compile(cwd: Path, config: Path, hashseed: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONHASHSEED": hashseed}
+    return subprocess.Popen([sys.executable, "-m", "psrnn", "compile", "--config", str(config)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
+    """Two processes with different hash seeds, on two copies of the same runs (at once,
+    to halve the wait), must write the same bytes."""
+    config = make_suite(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    procs = [_compile(tmp_path / "a", Path(config.name), "1"),
+             _compile(tmp_path / "b", Path(config.name), "2")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+        assert "from 9 of 15 runs" in stdout and SMALL_LABEL in stdout
+    out_a, out_b = tmp_path / "a" / "results" / "t", tmp_path / "b" / "results" / "t"
+    expected = set(output_paths(C.load_suite(config)))  # relative to the working folder
+    written = {p.relative_to(tmp_path / "a") for p in out_a.rglob("*") if p.is_file() and "runs" not in p.parts}
+    assert written == expected
+    digests_a = {k: v for k, v in _digests(out_a).items() if not k.startswith("runs")}
+    digests_b = {k: v for k, v in _digests(out_b).items() if not k.startswith("runs")}
+    assert len(digests_a) == len(expected) and digests_a == digests_b
+    assert (out_a / "figures" / "fig3_hidden_states.png").stat().st_size > 10_000  # a real picture
+    pdf = (out_a / "figures" / "fig2_shared_proportion.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and b"CreationDate" not in pdf
+    report_text = (out_a / "REPORT.md").read_text()
+    assert "- `figures/fig1_gradient_norms.{pdf,png,svg}`" in report_text
+
+
+def test_paper_is_skipped_cleanly_without_latexmk(tmp_path, monkeypatch, capsys):
+    config = make_suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no latexmk anywhere
+    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])  # speed: no figures
+    assert main(["compile", "--config", str(config), "--paper"]) == 0
+    assert "paper: skipped: latexmk not found (apt-get install latexmk" in capsys.readouterr().out
+    status = json.loads((tmp_path / "results" / "t" / "paper" / "build.json").read_text())
+    assert status["build"] is False and not (tmp_path / "results" / "t" / "paper" / "paper.pdf").exists()
+
+    required = make_suite(tmp_path / "req", name="r", latex="require")
+    monkeypatch.chdir(tmp_path / "req")
+    assert main(["compile", "--config", str(required), "--paper"]) == 2
+    assert "latexmk not found but the config says latex: require" in capsys.readouterr().err
+
+
+def test_paper_build_needs_compiled_outputs(tmp_path):
+    from psrnn.cli import UserError
+    from psrnn.results.paper import build_paper
+
+    cfg = C.load_suite(make_suite(tmp_path))
+    with pytest.raises(UserError, match="nothing compiled yet"):
+        build_paper(cfg, tmp_path / "results" / "t")
