@@ -1,0 +1,513 @@
+"""Train one model (one experiment, one seed): `python -m psrnn train`.
+
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0 --point hidden-64_lr-0.1
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0 \
+        --selected results/small/search/mnist_ps/selected.json --set max_epochs=5
+    python -m psrnn train --config run.yaml --out results/scratch/run1   # a flat RunConfig YAML
+
+Writes into the run directory (default `results/<name>/runs/<exp>/seed<k>/`, or
+`results/<name>/search/<exp>/<point>/` with --point):
+    history.csv        one row per epoch (rewritten every epoch)
+    ckpt_best.pt       model of the best validation accuracy so far
+    ckpt_last.pt       everything needed to resume (model, optimizer, scheduler, RNG and
+                       generator states, history, early-stopping state, captured states)
+    grad_norms.npz     per-step gradient norms on shared/private units (best model)
+    hidden_states.npz  h_1..h_n of test inputs after `capture_epochs` (Figure 3)
+    metrics.json       written last: its presence means the run is complete
+
+Protocol: SGD with warm restarts (CosineAnnealingWarmRestarts stepped every batch with a
+fractional epoch; paper) or Adam at a constant rate; gradient clipping; early stopping on
+validation accuracy with `patience` (0 = off). A run restarted with the same command
+continues from ckpt_last.pt and, on CPU, ends with exactly the metrics of an uninterrupted
+run. Validation and test use anchors from a fixed-seed generator, so auxiliary losses are
+comparable across epochs and runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from psrnn import __version__
+from psrnn import config as C
+from psrnn.cli import UserError
+from psrnn.data import SequenceSplit, load_split, read_manifest
+from psrnn.files import read_json, torch_save, write_bytes, write_json, write_text
+from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
+
+EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
+GRAD_NORM_SEQUENCES = 64  # test sequences measured for grad_norms.npz
+# Settings that may change between a checkpoint and its resumption: they do not change
+# what is computed on a given device (the bar) or are the user's to move (CPU <-> GPU).
+RESUME_EXEMPT = ("progress", "device")
+HISTORY_COLUMNS = ("epoch", "lr", "train_main_loss", "train_aux_loss", "train_acc",
+                   "valid_main_loss", "valid_aux_loss", "valid_acc", "epoch_time_s")
+
+StepHook = Callable[[int, int, PSRNN], None]  # (epoch, step, model), after each optimizer step
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written."""
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (with experiments) or a flat run YAML")
+    p.add_argument("--experiment", help="experiment name in the suite config")
+    p.add_argument("--seed", type=int, help="seed (suite default: its first seed)")
+    p.add_argument("--point", help="grid point id (a search run)")
+    p.add_argument("--selected", help="selected.json of the experiment's search (final runs)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a run setting (YAML value), e.g. --set lr=0.1; repeatable")
+    p.add_argument("--out", help="run directory (default from the suite config's path conventions)")
+
+
+def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str, Any]]:
+    """(run config, run directory, metadata for metrics.json) from the command line."""
+    raw = C.load_yaml(args.config)
+    overrides = C.parse_set(args.set)
+    if "experiments" not in raw:  # a flat RunConfig YAML
+        if not args.out:
+            raise UserError(f"{args.config} is a single-run config: --out <dir> is required")
+        if args.experiment or args.point or args.selected:
+            raise UserError("--experiment/--point/--selected need a suite config")
+        values = {**raw, **overrides}
+        if args.seed is not None:
+            values["seed"] = args.seed
+        cfg = C.coerce_run(values)
+        stem = Path(args.config).stem
+        meta = {"experiment": stem, "config_name": stem, "point": None}
+        return cfg, Path(args.out), meta
+    suite = C.load_suite(args.config)
+    if not args.experiment:
+        raise UserError(f"{args.config} is a suite config: --experiment is required; known: "
+                        f"{', '.join(sorted(suite['experiments']))}")
+    if args.point and args.selected:
+        raise UserError("--point (a search run) and --selected (a final run) exclude each other")
+    selected = None
+    if args.selected:
+        sel = read_json(args.selected)
+        if sel.get("experiment", args.experiment) != args.experiment:
+            raise UserError(f"{args.selected} belongs to experiment {sel['experiment']!r}, "
+                            f"not {args.experiment!r}")
+        selected = sel["overrides"]
+    seed = suite["seeds"][0] if args.seed is None else args.seed
+    cfg = C.resolve_run(suite, args.experiment, seed, point=args.point, selected=selected,
+                        overrides=overrides)
+    if args.out:
+        out = Path(args.out)
+    elif args.point:
+        out = C.search_dir(suite, args.experiment, args.point)
+    else:
+        out = C.run_dir(suite, args.experiment, seed)
+    meta = {"experiment": args.experiment, "config_name": suite["name"], "point": args.point}
+    return cfg, out, meta
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, out, meta = resolve_args(args)
+    metrics = train(cfg, out, meta)
+    print(f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
+          f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}")
+    return 0
+
+
+# --- setup -------------------------------------------------------------------------------
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={name!r} but CUDA is not available (use device=auto or cpu)")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, device: torch.device) -> None:
+    """Seed python, numpy and torch; on GPU, ask for deterministic kernels where they exist."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if device.type == "cuda":  # CPU kernels are deterministic already (and the switch costs seconds of imports)
+        # must be set before cuBLAS starts for deterministic GPU matmuls
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # warn_only: a kernel without a deterministic version warns instead of stopping the run
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
+def make_optimizer(cfg: C.RunConfig, model: PSRNN):
+    """(optimizer, scheduler or None)."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay), None
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        opt, T_0=cfg.restart_epochs, T_mult=cfg.restart_mult)
+    return opt, sched
+
+
+def draw_anchors(model: PSRNN, cfg: C.RunConfig, lengths: torch.Tensor,
+                 gen: torch.Generator) -> torch.Tensor | None:
+    if not model.has_aux:
+        return None  # no draw: a baseline consumes no anchor randomness
+    return sample_anchors(lengths, cfg.anchors, cfg.window, cfg.sampling, gen)
+
+
+# --- one epoch, one evaluation -----------------------------------------------------------
+
+
+@dataclass
+class Generators:
+    """Seeded CPU generators the run owns (saved in ckpt_last.pt)."""
+
+    shuffle: torch.Generator
+    anchors: torch.Generator
+
+    @classmethod
+    def seeded(cls, seed: int) -> "Generators":
+        return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1_000_003))
+
+
+def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched,
+                gens: Generators, device: torch.device, epoch: int,
+                on_step: StepHook | None = None, bar: bool = False) -> dict[str, float]:
+    """One pass over `split` in a seeded random order; returns the epoch's mean losses.
+
+    Raises TrainingDiverged at the first non-finite loss or gradient norm.
+    """
+    model.train()
+    n = len(split)
+    order = torch.randperm(n, generator=gens.shuffle)
+    batches = order.split(cfg.batch_size)
+    lr = opt.param_groups[0]["lr"]
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
+    steps = range(len(batches))
+    if bar:
+        from tqdm import tqdm
+
+        steps = tqdm(steps, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
+    for step in steps:
+        x, lengths, y = split.batch(batches[step])
+        anchors = draw_anchors(model, cfg, lengths, gens.anchors)
+        x, y = x.to(device), y.to(device)
+        logits, aux = model(x, lengths, anchors)  # (B, C), (B,) | None
+        ce = F.cross_entropy(logits, y)
+        aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
+        loss = ce + cfg.aux_weight * aux_mean
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = (torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                 if cfg.clip > 0 else torch.zeros((), device=device))
+        if not bool(torch.isfinite(loss) & torch.isfinite(gnorm)):  # the step's one sync
+            what = "loss" if not torch.isfinite(loss) else "gradient norm"
+            value = float(loss) if what == "loss" else float(gnorm)
+            raise TrainingDiverged(
+                f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
+                f"{len(batches)}; lower lr or set clip > 0 (last good checkpoint kept, "
+                f"no metrics written)")
+        opt.step()
+        if sched is not None:
+            sched.step(epoch - 1 + (step + 1) / len(batches))
+        b = len(y)
+        sums += torch.stack([ce.detach() * b, aux_mean.detach() * b,
+                             (logits.argmax(-1) == y).sum()]).to(torch.float64)
+        if on_step is not None:
+            on_step(epoch, step + 1, model)
+    ce_sum, aux_sum, correct = sums.tolist()
+    return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n,
+            "train_acc": correct / n}
+
+
+@torch.no_grad()
+def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig,
+             device: torch.device) -> dict[str, float]:
+    """Accuracy and per-sample mean losses on a split, anchors from a fixed-seed generator."""
+    model.eval()
+    gen = torch.Generator().manual_seed(EVAL_ANCHOR_SEED)
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
+    for idx in torch.arange(len(split)).split(cfg.batch_size):
+        x, lengths, y = split.batch(idx)
+        anchors = draw_anchors(model, cfg, lengths, gen)
+        x, y = x.to(device), y.to(device)
+        logits, aux = model(x, lengths, anchors)
+        ce = F.cross_entropy(logits, y, reduction="sum")
+        aux_sum = aux.sum() if aux is not None else torch.zeros((), device=device)
+        sums += torch.stack([ce, aux_sum, (logits.argmax(-1) == y).sum()]).to(torch.float64)
+    ce_sum, aux_sum, correct = sums.tolist()
+    n = max(len(split), 1)
+    return {"main_loss": ce_sum / n, "aux_loss": aux_sum / n, "acc": correct / n}
+
+
+def capture(model: PSRNN, split: SequenceSplit, count: int, device: torch.device) -> torch.Tensor:
+    """float32 (S, T, d) states of the first `count` sequences of `split`, on the CPU."""
+    x, lengths, _ = split.batch(torch.arange(min(count, len(split))))
+    model.eval()
+    return hidden_states(model, x.to(device), lengths).float().cpu()
+
+
+# --- run state and checkpoints -----------------------------------------------------------
+
+
+@dataclass
+class RunState:
+    """What changes as a run goes; everything here is saved in ckpt_last.pt."""
+
+    epoch: int = 0  # completed training epochs
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_valid_acc: float = -1.0
+    best_epoch: int = 0
+    since_best: int = 0  # epochs without a new best validation accuracy
+    stopped: str | None = None  # "early_stopping" | "max_epochs" once training is over
+    best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
+    captures: dict[int, torch.Tensor] = field(default_factory=dict)  # epoch -> (S, T, d)
+    train_time_s: float = 0.0  # time in training passes (for samples_per_s)
+    wall_time_s: float = 0.0  # all sessions together
+
+
+def rng_state(gens: Generators) -> dict[str, Any]:
+    np_name, np_keys, np_pos, np_gauss, np_cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": (np_name, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_gauss, np_cached),
+        "python": random.getstate(),
+        "shuffle": gens.shuffle.get_state(),
+        "anchors": gens.anchors.get_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, gauss, cached))
+    random.setstate(state["python"])
+    gens.shuffle.set_state(state["shuffle"])
+    gens.anchors.set_state(state["anchors"])
+
+
+def save_last(path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sched,
+              gens: Generators) -> None:
+    torch_save(path, {
+        "config": cfg.to_dict(), "psrnn_version": __version__,
+        "model": model.state_dict(), "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict() if sched is not None else None,
+        "rng": rng_state(gens),
+        "state": {**vars(st)},
+    })
+
+
+def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside)."""
+    keys = sorted((set(saved) | set(wanted)) - set(RESUME_EXEMPT))
+    return [f"{k} (checkpoint {saved.get(k)!r}, requested {wanted.get(k)!r})"
+            for k in keys if saved.get(k) != wanted.get(k)]
+
+
+def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators,
+              device: torch.device) -> RunState:
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+    diff = config_differences(ckpt["config"], cfg.to_dict())
+    if diff:
+        raise UserError(f"{path} was written with a different config: {'; '.join(diff)}; "
+                        f"delete {path.parent} to start this run over")
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    if sched is not None:
+        sched.load_state_dict(ckpt["scheduler"])
+    set_rng_state(ckpt["rng"], gens)
+    st = RunState(**ckpt["state"])
+    if st.best_model is not None:
+        st.best_model = {k: v.cpu() for k, v in st.best_model.items()}
+    st.captures = {int(k): v.cpu() for k, v in st.captures.items()}
+    return st
+
+
+# --- outputs -----------------------------------------------------------------------------
+
+
+def history_csv(history: list[dict[str, float]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=HISTORY_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for row in history:
+        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes(path, buf.getvalue())
+
+
+def capture_arrays(split: SequenceSplit, st: RunState, count: int, shared_units: int) -> dict[str, np.ndarray]:
+    """hidden_states.npz contents (see the metrics contract)."""
+    x, _, y = split.batch(torch.arange(min(count, len(split))))
+    x = x.float()[..., None] if split.categorical else x.float()  # (S, T, F)
+    epochs = sorted(st.captures)
+    states = (torch.stack([st.captures[e] for e in epochs]) if epochs
+              else torch.zeros(0, *x.shape[:2], 0))  # (E, S, T, d)
+    return {"epochs": np.asarray(epochs, dtype=np.int64), "states": states.numpy().astype(np.float32),
+            "x": x.numpy().astype(np.float32), "y": y.numpy().astype(np.int64),
+            "shared_units": np.int64(shared_units)}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(C.ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    cuda = device.type == "cuda"
+    return {
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine()),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda if cuda else None,
+        "platform": platform.platform(),
+        "git_commit": git_commit(),
+        "psrnn_version": __version__,
+    }
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = None,
+          on_step: StepHook | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train (or resume, or return) one run; returns its metrics (also in metrics.json).
+
+    meta: experiment, config_name, point for metrics.json. on_step: called after every
+    optimizer step (tests use it to interrupt a run).
+    """
+    out_dir = Path(out_dir)
+    log = log or (lambda msg: print(msg, flush=True))
+    metrics_path, last_path = out_dir / "metrics.json", out_dir / "ckpt_last.pt"
+    if metrics_path.is_file():
+        log(f"already complete: {metrics_path}")
+        return read_json(metrics_path)
+    if not cfg.data_dir:
+        raise UserError("data_dir is empty: point it at a prepared dataset folder")
+    session_start = time.perf_counter()
+    device = pick_device(cfg.device)
+    manifest = read_manifest(cfg.data_dir)
+    splits = {s: load_split(cfg.data_dir, s) for s in ("train", "valid", "test")}
+
+    seed_everything(cfg.seed, device)
+    model = build_model(cfg, manifest["input"], int(manifest["features"]),
+                        int(manifest["num_classes"])).to(device)
+    opt, sched = make_optimizer(cfg, model)
+    gens = Generators.seeded(cfg.seed)
+    if last_path.is_file():
+        st = load_last(last_path, cfg, model, opt, sched, gens, device)
+        log(f"resuming {out_dir} after epoch {st.epoch}")
+    else:
+        st = RunState()
+        if 0 in cfg.capture_epochs:  # the state at initialisation
+            st.captures[0] = capture(model, splits["test"], cfg.capture_samples, device)
+    bar = cfg.progress == "bar" or (cfg.progress == "auto" and sys.stderr.isatty())
+    if bar:
+        from tqdm import tqdm
+
+        log = tqdm.write
+
+    while st.stopped is None:
+        if st.epoch >= cfg.max_epochs:
+            st.stopped = "max_epochs"
+            break
+        epoch = st.epoch + 1
+        t0 = time.perf_counter()
+        row = {"epoch": epoch, **train_epoch(model, splits["train"], cfg, opt, sched, gens,
+                                             device, epoch, on_step, bar)}
+        st.train_time_s += time.perf_counter() - t0
+        valid = evaluate(model, splits["valid"], cfg, device)
+        row.update(valid_main_loss=valid["main_loss"], valid_aux_loss=valid["aux_loss"],
+                   valid_acc=valid["acc"], epoch_time_s=time.perf_counter() - t0)
+        st.history.append(row)
+        st.epoch = epoch
+        if valid["acc"] > st.best_valid_acc:
+            st.best_valid_acc, st.best_epoch, st.since_best = valid["acc"], epoch, 0
+            st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            torch_save(out_dir / "ckpt_best.pt", {"config": cfg.to_dict(), "epoch": epoch,
+                                                  "valid_acc": valid["acc"], "model": st.best_model})
+        else:
+            st.since_best += 1
+        if epoch in cfg.capture_epochs:
+            st.captures[epoch] = capture(model, splits["test"], cfg.capture_samples, device)
+        if cfg.patience > 0 and st.since_best >= cfg.patience:
+            st.stopped = "early_stopping"
+        elif epoch >= cfg.max_epochs:
+            st.stopped = "max_epochs"
+        st.wall_time_s += time.perf_counter() - session_start
+        session_start = time.perf_counter()
+        write_text(out_dir / "history.csv", history_csv(st.history))
+        save_last(last_path, cfg, st, model, opt, sched, gens)
+        log(f"epoch {epoch}/{cfg.max_epochs} lr {row['lr']:.4g} | train ce {row['train_main_loss']:.4f} "
+            f"aux {row['train_aux_loss']:.4f} acc {row['train_acc']:.4f} | valid ce "
+            f"{row['valid_main_loss']:.4f} aux {row['valid_aux_loss']:.4f} acc {row['valid_acc']:.4f} "
+            f"| {row['epoch_time_s']:.1f}s | best {st.best_valid_acc:.4f} @ {st.best_epoch}")
+
+    return finish(cfg, out_dir, meta or {}, st, model, splits, device, session_start, log)
+
+
+def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, model: PSRNN,
+           splits: dict[str, SequenceSplit], device: torch.device, session_start: float,
+           log: Callable[[str], None]) -> dict[str, Any]:
+    """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json."""
+    model.load_state_dict(st.best_model)
+    test = evaluate(model, splits["test"], cfg, device)
+    best = st.history[st.best_epoch - 1]
+
+    k = min(GRAD_NORM_SEQUENCES, len(splits["test"]))
+    x, lengths, y = splits["test"].batch(torch.arange(k))
+    anchors = draw_anchors(model, cfg, lengths, torch.Generator().manual_seed(EVAL_ANCHOR_SEED))
+    write_npz(out_dir / "grad_norms.npz",
+              grad_norms(model, x.to(device), lengths, y, anchors, cfg.aux_weight))
+    if cfg.capture_epochs:
+        write_npz(out_dir / "hidden_states.npz",
+                  capture_arrays(splits["test"], st, cfg.capture_samples, model.shared_units))
+
+    last = st.history[-1]
+    wall = st.wall_time_s + time.perf_counter() - session_start
+    metrics = {
+        "experiment": meta.get("experiment"), "config_name": meta.get("config_name"),
+        "seed": cfg.seed, "point": meta.get("point"), "dataset": cfg.dataset,
+        "test_acc": test["acc"], "best_valid_acc": st.best_valid_acc, "best_epoch": st.best_epoch,
+        "epochs_run": st.epoch, "stopped": st.stopped,
+        "test_main_loss": test["main_loss"], "test_aux_loss": test["aux_loss"],
+        "valid_main_loss": best["valid_main_loss"], "valid_aux_loss": best["valid_aux_loss"],
+        "train_main_loss": last["train_main_loss"], "train_aux_loss": last["train_aux_loss"],
+        **count_params(model), "shared_units": model.shared_units,
+        "wall_time_s": wall,
+        "samples_per_s": len(splits["train"]) * st.epoch / max(st.train_time_s, 1e-9),
+        **environment(device),
+        "config": cfg.to_dict(),
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    log(f"done: test acc {test['acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s)")
+    return metrics
