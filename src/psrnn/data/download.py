@@ -1,0 +1,267 @@
+"""Download and verify a dataset's upstream archives.
+
+    python -m psrnn download mnist --config config/paper.yaml     # -> data/paper/raw/mnist/
+    python -m psrnn download imdb --raw /tmp/raw/imdb --mirror data/fixtures/imdb \\
+        --md5 data/fixtures/imdb/MD5SUMS --no-official
+
+Each upstream file is looked for, in order, in the suite config's `source.local_dir`,
+its `source.mirrors`, then the official URLs (`sources.py`; skipped with
+`official: false`). Every place is read through urllib, so a folder of archives (a
+plain path or a file:// URL) goes through the same code as https://. A file is written
+under a temporary name and only renamed into place once its md5 matches, so a failed,
+truncated or wrong download never leaves a file under its final name. A mismatch moves
+on to the next place; when none works the error names the file and, for each place,
+the expected and the actual checksum (or the network error). `download.json`, written
+last, records what was fetched from where: its presence means the folder is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from psrnn import __version__, files
+from psrnn.cli import UserError
+from psrnn.data.sources import Source, source
+
+MARKER = "download.json"
+CHUNK = 1 << 20
+TIMEOUT_S = 60
+DEFAULT_RETRIES = 3
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class ChecksumError(UserError):
+    """The bytes arrived but are not the expected file."""
+
+
+class TransientError(Exception):
+    """Worth another try: a timeout, a dropped connection, a server error."""
+
+
+@dataclass(frozen=True)
+class Place:
+    url: str  # full URL of one file
+    md5: str | None  # what this place's bytes must hash to (None: not checked)
+
+
+# --- options -----------------------------------------------------------------------------
+
+
+def parse_md5sums(text: str, origin: str = "md5 file") -> dict[str, str]:
+    """`md5sum` output ("<md5>  <name>" or "<md5> *<name>" per line) -> {name: md5}."""
+    out = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2 or len(parts[0]) != 32:
+            raise UserError(f"{origin}:{n}: expected '<md5>  <file name>', got {line!r}")
+        out[Path(parts[1].strip().lstrip("*")).name] = parts[0].lower()
+    return out
+
+
+def expected_md5(src: Source, opts: dict[str, Any]) -> dict[str, str]:
+    """The official md5s, replaced by `opts["md5"]` (a mapping or an md5sum-format file)."""
+    override = opts.get("md5")
+    if isinstance(override, (str, Path)):
+        path = Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(f"md5 file not found: {path}")
+        override = parse_md5sums(path.read_text(), str(path))
+    out = dict(src.md5)
+    for name, md5 in (override or {}).items():
+        if name in out:
+            out[name] = md5.lower()
+    return out
+
+
+def as_base_url(place: str) -> str:
+    """A mirror as a base URL ending in '/': URLs pass through, paths become file:// URLs."""
+    if "://" not in place:
+        place = Path(place).expanduser().resolve().as_uri()
+    return place if place.endswith("/") else place + "/"
+
+
+def places(src: Source, name: str, opts: dict[str, Any], md5: str | None) -> list[Place]:
+    """Where to look for one file, in order: local_dir, mirrors, then the official URLs."""
+    bases = ([opts["local_dir"]] if opts.get("local_dir") else []) + list(opts.get("mirrors") or [])
+    out = [Place(as_base_url(b) + name, md5) for b in bases]
+    if opts.get("official", True):
+        # an official URL with its own checksum (a re-packed copy) keeps it unless the
+        # user replaced the md5 of this file
+        replaced = md5 != src.md5[name]
+        out += [Place(u.url, md5 if replaced or u.md5 is None else u.md5) for u in src.urls[name]]
+    return out
+
+
+# --- fetching ----------------------------------------------------------------------------
+
+
+def _transient_http(err: urllib.error.HTTPError) -> bool:
+    return err.code in (408, 429) or err.code >= 500
+
+
+def fetch(url: str, target: Path, md5: str | None, retries: int = DEFAULT_RETRIES,
+          log: Log = _stderr) -> dict[str, Any]:
+    """Copy `url` to `target` if its md5 matches (`md5=None`: no check).
+
+    Returns {"md5", "bytes", "url"}. Raises ChecksumError on a mismatch, OSError /
+    urllib errors when the place cannot be read. `target` is replaced only on success.
+    """
+    remote = not url.startswith("file:")
+    for attempt in range(1, retries + 1):
+        try:
+            return _fetch_once(url, target, md5)
+        except TransientError as err:
+            if attempt == retries:
+                raise OSError(f"{err} (after {retries} attempts)") from None
+            wait = min(2 ** attempt, 30) if remote else 0
+            log(f"  {err}; retrying in {wait}s ({attempt}/{retries})")
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
+    req = urllib.request.Request(url, headers={"User-Agent": f"psrnn/{__version__}"})
+    h = hashlib.md5()
+    n = 0
+    with files.atomic_path(target) as tmp:
+        try:
+            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(tmp, "wb") as out:
+                length = resp.headers.get("Content-Length")
+                while block := resp.read(CHUNK):
+                    out.write(block)
+                    h.update(block)
+                    n += len(block)
+        except urllib.error.HTTPError as err:
+            if _transient_http(err):
+                raise TransientError(f"HTTP {err.code} {err.reason}") from None
+            raise
+        except (TimeoutError, ConnectionError) as err:
+            raise TransientError(f"{type(err).__name__}: {err}") from None
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, (TimeoutError, ConnectionError)):
+                raise TransientError(str(err.reason)) from None
+            raise
+        if length is not None and n != int(length):
+            raise TransientError(f"truncated transfer: got {n} of {length} bytes")
+        actual = h.hexdigest()
+        if md5 is not None and actual != md5:
+            raise ChecksumError(f"{target.name}: md5 mismatch: expected {md5}, got {actual} "
+                                f"({n} bytes)")
+    return {"md5": actual, "bytes": n, "url": url}
+
+
+def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = None,
+             log: Log = _stderr) -> dict[str, Any]:
+    """Fetch every upstream file of `dataset` into `raw_dir`; write and return download.json.
+
+    `opts` is the suite config's `datasets.<dataset>.source` (all keys optional):
+    mirrors, official (default true), local_dir, verify (default true), md5, retries.
+    Files already present with the right checksum are kept.
+    """
+    opts = dict(opts or {})
+    src = source(dataset)
+    raw_dir = Path(raw_dir)
+    verify = opts.get("verify", True)
+    retries = int(opts.get("retries") or DEFAULT_RETRIES)
+    expected = expected_md5(src, opts)
+    # a failed run must not leave the marker of an earlier complete one behind
+    (raw_dir / MARKER).unlink(missing_ok=True)
+    record: dict[str, Any] = {"dataset": dataset, "verified": verify, "files": {},
+                              "psrnn_version": __version__}
+    for name in src.files:
+        target = raw_dir / name
+        want = expected[name] if verify else None
+        accepted = {want} | {u.md5 for u in src.urls[name] if u.md5 and want == src.md5[name]}
+        if target.is_file():
+            have = files.md5sum(target)
+            if not verify or have in accepted:
+                log(f"{dataset}: {name} already present ({have})")
+                record["files"][name] = {"md5": have, "bytes": target.stat().st_size,
+                                         "url": None, "expected_md5": want}
+                continue
+            log(f"{dataset}: {name} present but md5 {have} is not {want}; fetching again")
+        failures = []
+        for place in places(src, name, opts, want):
+            log(f"{dataset}: {name} <- {place.url}")
+            try:
+                got = fetch(place.url, target, place.md5 if verify else None, retries, log)
+            except ChecksumError as err:
+                failures.append(f"{place.url}: {err}")
+            except (OSError, urllib.error.URLError, ValueError) as err:
+                failures.append(f"{place.url}: {getattr(err, 'reason', err)}")
+            else:
+                record["files"][name] = {**got, "expected_md5": place.md5 if verify else None}
+                break
+            log(f"  failed: {failures[-1].split(': ', 1)[1]}")
+        else:
+            tried = "; ".join(failures) if failures else "no place to look (official: false, no mirrors)"
+            raise UserError(f"{dataset}: could not get {name} (expected md5 {want}): {tried}")
+    files.write_json(raw_dir / MARKER, record)
+    return record
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", help="mnist, fmnist, cifar10, imdb or dbpedia")
+    p.add_argument("--config", help="suite config: raw folder data/<name>/raw/<dataset>/ and "
+                                    "its datasets.<dataset>.source options")
+    p.add_argument("--raw", help="raw folder (default: from --config)")
+    p.add_argument("--mirror", action="append", default=[],
+                   help="base URL or folder holding the upstream files (repeatable; tried "
+                        "after the config's mirrors)")
+    p.add_argument("--local-dir", help="folder that already holds the archives")
+    p.add_argument("--md5", help="md5sum-format file replacing the official checksums")
+    p.add_argument("--no-official", action="store_true", help="never try the official URLs")
+    p.add_argument("--no-verify", action="store_true", help="skip the md5 check (own mirrors)")
+    p.add_argument("--retries", type=int, help="attempts per URL on network errors")
+
+
+def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """(raw folder, source options) from --config and the explicit flags."""
+    opts: dict[str, Any] = {}
+    raw = Path(args.raw) if args.raw else None
+    if args.config:
+        from psrnn import config as C
+
+        cfg = C.load_suite(args.config)
+        if args.dataset not in cfg["datasets"]:
+            raise UserError(f"{args.config}: dataset {args.dataset!r} is not listed under datasets")
+        opts = dict(cfg["datasets"][args.dataset].get("source") or {})
+        raw = raw or C.data_root(cfg) / "raw" / args.dataset
+    if raw is None:
+        raise UserError("give --config <suite.yaml> or --raw <folder>")
+    opts["mirrors"] = list(opts.get("mirrors") or []) + args.mirror
+    for key, value in (("local_dir", args.local_dir), ("md5", args.md5), ("retries", args.retries)):
+        if value is not None:
+            opts[key] = value
+    if args.no_official:
+        opts["official"] = False
+    if args.no_verify:
+        opts["verify"] = False
+    return raw, opts
+
+
+def run(args: argparse.Namespace) -> int:
+    source(args.dataset)
+    raw, opts = source_options(args)
+    record = download(args.dataset, raw, opts)
+    total = sum(f["bytes"] for f in record["files"].values())
+    print(f"{args.dataset}: {len(record['files'])} file(s), {total / 1e6:.1f} MB in {raw}")
+    return 0

@@ -1,0 +1,269 @@
+"""Readers of the upstream archive formats: raw folder -> labelled images or texts.
+
+    python -m psrnn prepare cifar10 --config config/paper.yaml   # calls these
+
+Each reader returns a `RawData` (official train and test sets, class names) and raises
+`UserError` naming the archive (and the member or line) when a file is missing,
+truncated or not in the expected format. Nothing here splits, filters or encodes;
+that is `prepare.py`.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import pickle
+import re
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torchvision.datasets import FashionMNIST
+from torchvision.datasets.mnist import read_image_file, read_label_file
+from torchvision.datasets.utils import extract_archive
+
+from psrnn.cli import UserError
+
+# What a damaged gzip / tar archive raises while it is being read.
+ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError,
+                  pickle.UnpicklingError, UnicodeDecodeError, ValueError, KeyError,
+                  TypeError, AssertionError, RuntimeError)
+
+
+@dataclass
+class RawSplit:
+    """An official split in upstream order (images) or a canonical order (texts)."""
+
+    x: Any  # images: uint8 tensor (N, H, W, C); texts: list[str]
+    y: torch.Tensor  # int64 (N,)
+    ids: list[str] | None = None  # texts: where each came from (archive member / csv line)
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+@dataclass
+class RawData:
+    train: RawSplit
+    test: RawSplit
+    classes: list[str]
+
+
+def need(path: Path) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"raw file not found: {path} "
+                                f"(run `python -m psrnn download <dataset> ...` first)")
+    return path
+
+
+def damaged(path: Path, err: BaseException, what: str = "") -> UserError:
+    where = f"{path}: {what}: " if what else f"{path}: "
+    return UserError(f"{where}corrupt or truncated archive ({type(err).__name__}: {err})")
+
+
+# --- MNIST, Fashion-MNIST: four gzipped IDX files ----------------------------------------
+
+IDX_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
+    """The four IDX files -> images uint8 (N, 28, 28, 1), labels int64 (N,)."""
+    raw_dir = Path(raw_dir)
+    paths = {name: need(raw_dir / name) for pair in IDX_FILES.values() for name in pair}
+    splits = {}
+    # torchvision's IDX readers take an uncompressed path: gunzip into a scratch folder
+    with tempfile.TemporaryDirectory(prefix="psrnn-idx-") as tmp:
+        for split, (images, labels) in IDX_FILES.items():
+            x = _read_idx_file(paths[images], tmp, read_image_file)  # (N, H, W)
+            y = _read_idx_file(paths[labels], tmp, read_label_file)  # (N,)
+            if len(x) != len(y):
+                raise UserError(f"{paths[images]}: {len(x)} images but {paths[labels].name} "
+                                f"has {len(y)} labels")
+            if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
+                raise UserError(f"{paths[labels]}: labels outside 0..{len(classes) - 1}")
+            splits[split] = RawSplit(x.unsqueeze(-1).contiguous(), y.long())  # (N, H, W, 1)
+    return RawData(splits["train"], splits["test"], classes)
+
+
+def _read_idx_file(path: Path, tmp: str, reader: Callable[[str], torch.Tensor]) -> torch.Tensor:
+    try:
+        return reader(str(extract_archive(str(path), tmp)))
+    except ARCHIVE_ERRORS as err:
+        raise damaged(path, err) from None
+
+
+MNIST_CLASSES = [str(d) for d in range(10)]
+FMNIST_CLASSES = list(FashionMNIST.classes)
+
+
+# --- CIFAR-10: the python tarball of pickled batches -------------------------------------
+
+CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+
+
+def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -> RawData:
+    """cifar-10-python.tar.gz -> images uint8 (N, 32, 32, 3) RGB, labels int64 (N,).
+
+    The batches are read straight from the tarball (no 180 MB of extracted files).
+    torchvision's CIFAR10 class is not used: it re-checks each extracted batch against the
+    upstream md5s, which rules out the fixture archives and re-packed mirrors.
+    """
+    path = need(Path(raw_dir) / archive)
+    wanted = {f"{CIFAR_DIR}/{n}" for n in [*CIFAR_TRAIN, "test_batch", "batches.meta"]}
+    members: dict[str, dict] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for m in tar:
+                if m.name in wanted and m.isfile():
+                    # pickle is the upstream format; the archive's md5 was checked on download
+                    members[m.name.split("/")[-1]] = _str_keys(
+                        pickle.load(tar.extractfile(m), encoding="bytes"))  # noqa: S301
+    except ARCHIVE_ERRORS as err:
+        raise damaged(path, err) from None
+    missing = sorted(n.split("/")[-1] for n in wanted if n.split("/")[-1] not in members)
+    if missing:
+        raise UserError(f"{path}: missing {', '.join(f'{CIFAR_DIR}/{n}' for n in missing)}")
+    classes = [c.decode() if isinstance(c, bytes) else str(c)
+               for c in members["batches.meta"]["label_names"]]
+
+    def batches(names: list[str]) -> RawSplit:
+        xs, ys = [], []
+        for n in names:
+            try:
+                data = np.asarray(members[n]["data"], dtype=np.uint8)  # (B, 3072): R, G, B planes
+                labels = np.asarray(members[n]["labels"], dtype=np.int64)
+                if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != len(data):
+                    raise ValueError(f"data {data.shape}, labels {labels.shape}")
+            except (KeyError, ValueError, TypeError) as err:
+                raise UserError(f"{path}: {CIFAR_DIR}/{n}: not a CIFAR-10 batch ({err})") from None
+            xs.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # (B, 32, 32, 3)
+            ys.append(labels)
+        y = torch.from_numpy(np.concatenate(ys))
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
+            raise UserError(f"{path}: labels outside 0..{len(classes) - 1}")
+        return RawSplit(torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))), y)
+
+    return RawData(batches(CIFAR_TRAIN), batches(["test_batch"]), classes)
+
+
+def _str_keys(d: dict) -> dict:
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+
+
+# --- IMDB: aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt ------------------------------
+
+IMDB_CLASSES = ["neg", "pos"]
+IMDB_REVIEW = re.compile(r"^aclImdb/(train|test)/(neg|pos)/(\d+)_(\d+)\.txt$")
+
+
+def read_imdb(raw_dir: str | Path, archive: str = "aclImdb_v1.tar.gz") -> RawData:
+    """aclImdb_v1.tar.gz -> reviews (UTF-8 decoded text, unchanged), labels neg=0, pos=1.
+
+    Streams the tarball (100K small members; extracting them would cost more than reading).
+    Reviews are ordered by (label, id) so the result does not depend on the tar order.
+    `train/unsup` is skipped: the paper's classifier uses labelled reviews only.
+    """
+    path = need(Path(raw_dir) / archive)
+    found: dict[str, list[tuple[int, int, str, str]]] = {"train": [], "test": []}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for m in tar:
+                match = IMDB_REVIEW.match(m.name)
+                if not match or not m.isfile():
+                    continue
+                split, label, rid = match[1], IMDB_CLASSES.index(match[2]), int(match[3])
+                # a few upstream reviews hold stray bytes; they become U+FFFD (unknown symbol)
+                text = tar.extractfile(m).read().decode("utf-8", errors="replace")
+                if not text.strip():
+                    raise UserError(f"{path}: {m.name}: empty review")
+                found[split].append((label, rid, m.name, text))
+    except UserError:
+        raise
+    except ARCHIVE_ERRORS as err:
+        raise damaged(path, err) from None
+    return RawData(_text_split(path, found["train"], "aclImdb/train/{neg,pos}/*.txt"),
+                   _text_split(path, found["test"], "aclImdb/test/{neg,pos}/*.txt"),
+                   IMDB_CLASSES)
+
+
+def _text_split(path: Path, rows: list[tuple[int, int, str, str]], pattern: str) -> RawSplit:
+    if not rows:
+        raise UserError(f"{path}: no reviews matching {pattern}")
+    rows.sort()
+    return RawSplit([r[3] for r in rows], torch.tensor([r[0] for r in rows], dtype=torch.int64),
+                    [r[2] for r in rows])
+
+
+# --- DBpedia: dbpedia_csv/{train,test}.csv, classes.txt ----------------------------------
+
+DBPEDIA_DIR = "dbpedia_csv"
+
+
+def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> RawData:
+    """dbpedia_csv.tar.gz -> "<title> <abstract>" texts, labels 0..13 (csv class index - 1).
+
+    Text = title, one space, abstract (both stripped), as Zhang et al. (2015) and
+    torchtext join them; no other change here (lowercasing is a `prepare` option).
+    """
+    path = need(Path(raw_dir) / archive)
+    data: dict[str, Any] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for m in tar:
+                name = m.name.removeprefix(f"{DBPEDIA_DIR}/")
+                if m.name.startswith(f"{DBPEDIA_DIR}/") and name in ("train.csv", "test.csv",
+                                                                        "classes.txt"):
+                    text = io.TextIOWrapper(tar.extractfile(m), encoding="utf-8", newline="")
+                    data[name] = (text.read().split() if name == "classes.txt"
+                                  else list(_csv_rows(path, m.name, text)))
+    except UserError:
+        raise
+    except ARCHIVE_ERRORS as err:
+        raise damaged(path, err) from None
+    missing = [n for n in ("classes.txt", "train.csv", "test.csv") if n not in data]
+    if missing:
+        raise UserError(f"{path}: missing {', '.join(f'{DBPEDIA_DIR}/{n}' for n in missing)}")
+    classes = data["classes.txt"]
+    splits = {}
+    for split in ("train", "test"):
+        rows = data[f"{split}.csv"]
+        if not rows:
+            raise UserError(f"{path}: {DBPEDIA_DIR}/{split}.csv has no rows")
+        bad = [r for r in rows if not 0 <= r[0] < len(classes)]
+        if bad:
+            raise UserError(f"{path}: {bad[0][2]}: class {bad[0][0] + 1} outside 1..{len(classes)}")
+        splits[split] = RawSplit([r[1] for r in rows],
+                                 torch.tensor([r[0] for r in rows], dtype=torch.int64),
+                                 [r[2] for r in rows])
+    return RawData(splits["train"], splits["test"], classes)
+
+
+def _csv_rows(path: Path, member: str, fh: io.TextIOBase) -> Iterator[tuple[int, str, str]]:
+    reader = csv.reader(fh)
+    for row in reader:
+        where = f"{member}:{reader.line_num}"
+        if len(row) != 3 or not row[0].strip().isdigit():
+            raise UserError(f"{path}: {where}: expected 'class,title,abstract', got {row!r:.80}")
+        text = f"{row[1].strip()} {row[2].strip()}".strip()
+        if not text:
+            raise UserError(f"{path}: {where}: empty title and abstract")
+        yield int(row[0]) - 1, text, where
+
+
+READERS: dict[str, Callable[[Path], RawData]] = {
+    "mnist": lambda d: read_idx(d, MNIST_CLASSES),
+    "fmnist": lambda d: read_idx(d, FMNIST_CLASSES),
+    "cifar10": read_cifar10,
+    "imdb": read_imdb,
+    "dbpedia": read_dbpedia,
+}
