@@ -1,0 +1,251 @@
+"""The benchmark: its slow reference computes the same model, its arithmetic (ratios,
+targets, budget, extrapolation) is right, its generated archives go through the real
+`prepare`, and `bench --quick` writes well-formed JSON and Markdown. Speeds are not
+asserted: the machine running the tests is not the one the numbers are for."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from psrnn import bench
+from psrnn import config as C
+from psrnn.cli import main
+from psrnn.models import build_model, sample_anchors
+from psrnn.naive import NaivePSRNN
+
+
+# --- the naive reference is the same model -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind,features,embedding", [("continuous", 3, 0), ("categorical", 7, 0),
+                                                     ("categorical", 7, 5)])
+def test_naive_reference_computes_the_same_losses_and_gradients(kind, features, embedding):
+    torch.manual_seed(0)
+    cfg = C.coerce_run(dict(dataset="imdb" if kind == "categorical" else "mnist", hidden=12,
+                            shared=0.5, tasks=["rec", "pred"], anchors=3, window=4, embedding=embedding))
+    model = build_model(cfg, kind, features, 5)
+    naive = NaivePSRNN.from_model(model)
+    assert sum(p.numel() for p in naive.parameters()) == sum(p.numel() for p in model.parameters())
+    lengths = torch.tensor([30, 25, 9, 30, 12, 20])  # ragged, one too short for both windows
+    x = torch.randint(0, features, (6, 30)) if kind == "categorical" else torch.rand(6, 30, features)
+    anchors = sample_anchors(lengths, 3, 4, "stratified", torch.Generator().manual_seed(0))
+    y = torch.tensor([0, 1, 2, 3, 4, 0])
+    outs = []
+    for m in (model, naive):
+        logits, aux = m(x, lengths, anchors)
+        loss = torch.nn.functional.cross_entropy(logits, y) + aux.mean()
+        loss.backward()
+        outs.append((logits.detach(), aux.detach(), m.head.weight.grad.clone(),
+                     next(iter(m.decoders.values())).gru.weight_hh_l0.grad.clone()))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert float(outs[0][1].min()) > 0  # the aux loss is really there
+    # the main GRU's input-hidden gradient is the same through GRUCell steps
+    torch.testing.assert_close(model.gru.weight_ih_l0.grad, naive.cell.weight_ih.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_naive_plain_gru_has_no_aux():
+    cfg = C.coerce_run(dict(dataset="mnist", hidden=8, shared=0.0))
+    naive = NaivePSRNN.from_model(build_model(cfg, "continuous", 1, 10))
+    logits, aux = naive(torch.rand(2, 5, 1), torch.tensor([5, 5]), None)
+    assert logits.shape == (2, 10) and aux is None and not naive.has_aux
+
+
+# --- arithmetic ----------------------------------------------------------------------------
+
+
+def _timed(median, lo, hi):
+    return {"status": "ok", "step_ms": {"median": median, "min": lo, "max": hi, "n": 3}}
+
+
+def test_ratio_of_medians_and_conservative_range():
+    r = bench.ratio(_timed(30.0, 25.0, 40.0), _timed(10.0, 8.0, 12.5))
+    assert r == pytest.approx({"median": 3.0, "min": 2.0, "max": 5.0})
+    assert bench.ratio({"status": "error: x"}, _timed(1, 1, 1)) is None
+
+
+def test_ratios_pair_variants_per_shape():
+    rows = [{"shape": "mnist", "variant": v, **_timed(t, t, t)}
+            for v, t in (("gru", 10.0), ("full", 13.0), ("ps50", 11.0), ("naive", 220.0))]
+    got = {(r["kind"], r["numerator"]): r["median"] for r in bench.ratios(rows)}
+    assert got == pytest.approx({("aux_overhead", "full"): 1.3, ("aux_overhead", "ps50"): 1.1,
+                                 ("speedup", "naive"): 20.0})
+
+
+def _result(device, overhead, speedup, prepare=None, snake=None, quick=False):
+    return {"quick": quick, "environment": {"device": device, "cpu_count": 2},
+            "ratios": [{"shape": "mnist", "numerator": "ps50", "denominator": "gru", "median": overhead},
+                       {"shape": "mnist", "numerator": "naive", "denominator": "ps50", "median": speedup}],
+            "prepare": prepare or [], "snakemake": snake}
+
+
+def test_targets_met_not_met_and_not_measured():
+    imdb = {"dataset": "imdb", "items": 50_000, "prepare_s": 61.0, "prepared_mb": 64.0,
+            "dense_onehot_gb": 15.2}
+    snake = {"status": "ok", "seconds": 3.2, "paper": True}
+    t = {x["target"].split(",")[0]: x for x in bench.targets(_result("cuda", 1.15, 25.0, [imdb], snake))}
+    status = {k: v["status"] for k, v in t.items()}
+    assert status == {
+        "private/shared 50 % step time / plain GRU step time": "met",
+        "vectorised speed-up over the naive loop (GPU)": "met",
+        "vectorised speed-up over the naive loop (CPU)": "not measured",
+        "IMDB preparation of 50K reviews": "not met",  # 61 s > 60 s
+        "IMDB prepared size on disk": "met",
+        "snakemake -n of the paper config": "met",
+    }
+    cpu = {x["target"]: x["status"] for x in bench.targets(_result("cpu", 1.6, 4.0))}
+    assert list(cpu.values())[:3] == ["not met", "not measured", "not met"]
+    quick = bench.targets(_result("cpu", 1.0, 50.0, quick=True))
+    assert all(x["status"] == "not measured" for x in quick)
+
+
+def test_linear_extrapolation_in_sequence_length():
+    assert bench.extrapolate([(100, 1.5), (200, 2.5)], 784) == pytest.approx(1.5 + 684 * 0.01)
+    assert bench.extrapolate([(784, 3.0)], 784) == 3.0
+    cpu = bench.budget_lengths(1024, 64, 10, torch.device("cpu"), quick=False)
+    assert cpu == [139, 278]  # 2 * 64 + 10 + 1: the shortest length anchors fit in
+    assert bench.budget_lengths(1024, 0, 0, torch.device("cpu"), quick=False) == [96, 192]
+    assert bench.budget_lengths(100, 64, 10, torch.device("cpu"), quick=False) == [100]
+
+
+def test_padded_length_is_the_mean_batch_maximum():
+    rng = np.random.default_rng(0)
+    assert bench.padded_length(np.full(1000, 700), 128, rng) == 700
+    lengths = bench.imdb_lengths(100_000, rng)
+    kept = lengths[lengths >= 500]
+    assert 0.86 < len(kept) / len(lengths) < 0.92  # paper: 22.2K of 25K training reviews kept
+    assert 1350 < kept.mean() < 1510  # paper Table 1: mean length 1430
+    padded = bench.padded_length(kept, 128, rng)
+    assert 3500 < padded < 8000  # a batch of 128 reviews runs as long as its longest
+
+
+def _suite():
+    return C.validate_suite({
+        "name": "t", "seeds": [0, 1],
+        "datasets": {"mnist": {"prepare": {"valid_size": 10_000}}},
+        "defaults": {"batch_size": 100, "max_epochs": 10},
+        "experiments": {
+            "a": {"dataset": "mnist", "hidden": 8, "shared": 0.0, "grid": {"lr": [0.1, 0.2, 0.3]}},
+            "b": {"dataset": "mnist", "hidden": 8, "shared": 0.5, "tasks": ["rec"], "anchors": 2,
+                  "window": 10, "max_epochs": 20},
+        }})
+
+
+def test_budget_hours_from_step_times(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no prepared data here: sizes from the official counts
+    calls = []
+
+    def fake(spec, isolate):
+        calls.append(spec)
+        return {"status": "ok", "step_ms": {"median": 200.0 if spec["shared"] else 100.0},
+                "eval_batch_ms": 50.0}
+
+    monkeypatch.setattr(bench, "run_measurement", fake)
+    b = bench.bench_budget(_suite(), torch.device("cuda"), quick=False, batch_cap=None,
+                           repeats=(1, 1), log=lambda m: None)
+    assert len(calls) == 2  # one shape per experiment: the lr grid does not change the step
+    assert all(c["seq_len"] == 784 for c in calls)  # GPU: timed at the full length
+    e = {x["experiment"]: x for x in b["experiments"]}
+    epoch_a = 500 * 0.1 + 100 * 0.05  # 50K / 100 steps + 10K / 100 validation batches
+    assert e["a"]["epoch_s"] == pytest.approx(epoch_a)
+    assert e["a"]["hours"] == pytest.approx((3 + 2) * 10 * epoch_a / 3600)  # 3 search + 2 seeds
+    epoch_b = 500 * 0.2 + 100 * 0.05
+    assert e["b"]["hours"] == pytest.approx(2 * 20 * epoch_b / 3600)  # no grid: seeds only
+    assert b["total_hours"] == pytest.approx(e["a"]["hours"] + e["b"]["hours"])
+
+
+def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+
+    def fake(spec, isolate):  # 1 ms per step of sequence at batch 25
+        return {"status": "ok", "step_ms": {"median": spec["seq_len"] * 1.0},
+                "eval_batch_ms": spec["seq_len"] * 0.5}
+
+    monkeypatch.setattr(bench, "run_measurement", fake)
+    b = bench.bench_budget(_suite(), torch.device("cpu"), quick=False, batch_cap=25,
+                           repeats=(1, 1), log=lambda m: None)
+    a = next(x for x in b["experiments"] if x["experiment"] == "a")
+    assert a["timed_lengths"] == [96, 192] and a["timed_batch"] == 25
+    assert a["step_ms"] == pytest.approx(784 * 4)  # extrapolated to T = 784, x 100 / 25
+    assert a["epoch_s"] == pytest.approx(500 * 3.136 + 100 * 1.568)
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def test_cpu_peak_memory_sees_a_transient_allocation():
+    probe = bench.PeakMemory(torch.device("cpu"))
+    probe.start()
+    block = torch.ones(48 * 2**20 // 4)  # 48 MB, written, then freed
+    del block
+    assert 40 * 2**20 < probe.peak() < 400 * 2**20
+
+
+# --- generated archives through the real prepare -------------------------------------------
+
+
+def test_generated_archives_prepare_like_the_real_datasets(tmp_path):
+    from psrnn.data.prepare import prepare
+
+    gen = bench.write_imdb_like(tmp_path / "imdb" / "aclImdb_v1.tar.gz", 400)
+    assert gen["reviews"] == 800 and 1150 < gen["mean_chars"] < 1500
+    m = prepare("imdb", tmp_path / "imdb", tmp_path / "imdb_out", {"train_size": 300})
+    assert m["features"] == 60  # enough distinct characters for the paper's alphabet
+    assert m["length"]["train"]["min"] >= 500
+    assert 0.84 < m["filtered"]["train"]["kept"] / 400 < 0.95
+    assert m["class_balance"]["test"][0] > 100 and m["class_balance"]["test"][1] > 100
+
+    bench.write_idx_like(tmp_path / "mnist", 300, 50)
+    m = prepare("mnist", tmp_path / "mnist", tmp_path / "mnist_out", {"valid_size": 50})
+    assert m["counts"] == {"train": 250, "valid": 50, "test": 50}
+    x = torch.load(tmp_path / "mnist_out" / "train.pt", weights_only=True)["x"]
+    assert x.shape == (250, 784, 1) and 0.05 < float((x > 0).float().mean()) < 0.5
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--quick", "--only", "train,options", "--shapes", "mnist",
+               "--isolate", "off", "--repeats", "1", "--out", str(out)])
+    assert rc == 0
+    env = bench.environment(torch.device("cpu"))
+    [json_path] = out.glob("*.json")
+    assert json_path.name == f"{env['device_slug']}.json" and env["device_slug"].startswith("cpu-")
+    r = json.loads(json_path.read_text())
+    assert r["schema"] == "psrnn-bench/1" and r["quick"] is True
+    for key in ("device", "device_name", "torch_version", "cuda_version", "cudnn_version",
+                "platform", "cpu_count"):
+        assert key in r["environment"]
+    assert [t["variant"] for t in r["train"]] == ["gru", "full", "ps50", "naive"]
+    for t in r["train"]:
+        assert t["status"] == "ok" and t["seq_len"] == bench.QUICK_LEN and t["batch"] == 16
+        s = t["step_ms"]
+        assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"]
+        assert t["samples_per_s"] == pytest.approx(16 / (s["median"] / 1e3))
+        assert isinstance(t["peak_mem_mb"], float) and isinstance(t["params"], int)
+    params = {t["variant"]: t["params"] for t in r["train"]}
+    assert params["naive"] == params["ps50"] > params["gru"] and params["full"] > params["ps50"]
+    assert {(x["kind"], x["numerator"]) for x in r["ratios"]} == {
+        ("aux_overhead", "full"), ("aux_overhead", "ps50"), ("speedup", "naive")}
+    options = {(o["option"], str(o["value"]), o["variant"]): o["status"] for o in r["options"]}
+    assert options[("amp", "bf16", "ps50")] == "not measured: GPU only"
+    assert options[("batch", "8", "ps50")] == "ok"
+    assert len(r["targets"]) == 6 and all(t["status"] == "not measured" for t in r["targets"])
+
+    md = json_path.with_suffix(".md").read_text()
+    assert "--quick" in md and "| shape | model | T x F | batch | step ms | samples/s | peak MB | params |" in md
+    rows = [line for line in md.splitlines() if line.startswith("| mnist | ")]
+    assert len(rows) == 4 + 3  # one per model, one per ratio
+    assert sum("naive private/shared" in line for line in md.splitlines()) == 1
+    assert math.isfinite(r["total_s"])
+
+
+def test_unknown_section_or_shape_is_a_one_line_error(capsys):
+    assert main(["bench", "--only", "train,warp"]) == 2
+    assert "unknown section warp" in capsys.readouterr().err
+    assert main(["bench", "--shapes", "svhn"]) == 2
