@@ -120,16 +120,23 @@ def write_manifest(root: Path, name: str) -> None:
         "length": {"train": stats, "valid": stats, "test": stats}}))
 
 
-def make_suite(root: Path, name: str = "t", paper_scale: bool = False, latex: str = "auto") -> Path:
-    """Config file, manifests and runs under `root`; returns the config path."""
+def make_suite(root: Path, name: str = "t", paper_scale: bool = False, latex: str = "auto",
+               keep: tuple[str, ...] | None = None, acc: dict | None = None) -> Path:
+    """Config file, manifests and runs under `root`; returns the config path.
+
+    keep: only these experiments (default all); acc: the runs' test accuracies (default ACC).
+    """
     cfg = suite_config(name, paper_scale, latex)
+    if keep is not None:
+        cfg["experiments"] = {k: v for k, v in cfg["experiments"].items() if k in keep}
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     cfg = C.load_suite(path)
-    for exp, seeds in ACC.items():
-        for seed, acc in seeds.items():
-            write_run(root, cfg, exp, seed, acc, VALID[exp])
+    for exp, seeds in (ACC if acc is None else acc).items():
+        if exp in cfg["experiments"]:
+            for seed, a in seeds.items():
+                write_run(root, cfg, exp, seed, a, VALID.get(exp, a))
     write_manifest(root, name)
     return path
 
@@ -258,6 +265,60 @@ def test_unknown_ref_is_a_config_error(tmp_path):
         load(tmp_path, path)
 
 
+def test_two_experiments_for_one_reference_row_get_two_rows(tmp_path):
+    path = make_suite(tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["experiments"]["mnist_gru_big"] = {**cfg["experiments"]["mnist_gru"], "hidden": 32}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    write_run(tmp_path, C.load_suite(path), "mnist_gru_big", 0, 0.97, 0.97)
+    t = tables.table2(load(tmp_path, path))
+    rows = t.data[t.data["ref"] == "table2/mnist/gru"]
+    assert list(rows["experiment"]) == ["mnist_gru", "mnist_gru_big"] and list(rows["n"]) == [3, 1]
+    assert rows.iloc[1]["acc_mean"] == pytest.approx(97.0) and math.isnan(rows.iloc[1]["acc_std"])
+
+
+# --- figures --------------------------------------------------------------------------------
+
+
+def test_square_and_mosaic_layout():
+    from psrnn.results.figures import mosaic, square
+
+    sq = square(np.arange(196.0))
+    assert sq.shape == (14, 14) and sq[1, 0] == 14.0  # row-major: t = 14 starts row 2
+    padded = square(np.arange(200.0))
+    assert padded.shape == (15, 15) and padded[13, 4] == 199.0 and np.isnan(padded[13, 5])
+    pics = [np.full((2, 2), float(u)) for u in range(8)]
+    m = mosaic(pics, rows=4)  # 4 rows x 2 columns, 1-pixel nan gutters, column-major like the paper
+    assert m.shape == (11, 5)
+    assert m[0, 0] == 0.0 and m[3, 0] == 1.0 and m[9, 0] == 3.0 and m[0, 3] == 4.0 and m[10, 4] == 7.0
+    assert np.isnan(m[2, 0]) and np.isnan(m[0, 2])
+
+
+def test_fig3_puts_shared_units_left_and_private_right(tmp_path):
+    from psrnn.results.figures import fig3_hidden_states, mosaic, square
+
+    root = tmp_path
+    s = load(root, make_suite(root, keep=("mnist_fig3",)))
+    z = np.load(root / "results" / "t" / "runs" / "mnist_fig3" / "seed0" / "hidden_states.npz")
+    fig = fig3_hidden_states(s)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "shared units 1-8" in titles and "private units 9-16" in titles
+    shared_ax, private_ax = fig.axes[1], fig.axes[2]  # row "start": input, shared, private
+    h = z["states"][0, 0]  # epoch 0, sample 0: (T, d)
+    np.testing.assert_allclose(shared_ax.images[0].get_array().filled(np.nan),
+                               mosaic([square(h[:, u]) for u in range(8)], 4))
+    np.testing.assert_allclose(private_ax.images[0].get_array().filled(np.nan),
+                               mosaic([square(h[:, u]) for u in range(8, 16)], 4))
+    assert fig.axes[3].get_ylabel() == "after 1 epoch"
+
+
+def test_fig1_compares_gru_full_and_private_shared_of_one_dataset(tmp_path):
+    from psrnn.results.figures import fig1_models
+
+    s = load(tmp_path, make_suite(tmp_path))
+    assert fig1_models(s) == [("gru", "mnist_gru", 0), ("full", "mnist_full", 0), ("ps", "mnist_ps", 0)]
+
+
 # --- report ---------------------------------------------------------------------------------
 
 
@@ -337,15 +398,16 @@ def _compile(cwd: Path, config: Path, hashseed: str) -> subprocess.Popen:
 
 def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
     """Two processes with different hash seeds, on two copies of the same runs (at once,
-    to halve the wait), must write the same bytes."""
-    config = make_suite(tmp_path / "a")
+    to halve the wait), must write the same bytes. Three experiments cover every kind of
+    figure (Table 4 runs with error bars, hidden states, gradient norms, curves)."""
+    runs = {**ACC, "cifar_s50": {0: 0.40, 1: 0.45}}
+    config = make_suite(tmp_path / "a", keep=("mnist_ps", "mnist_fig3", "cifar_s50"), acc=runs)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    procs = [_compile(tmp_path / "a", Path(config.name), "1"),
-             _compile(tmp_path / "b", Path(config.name), "2")]
+    procs = [_compile(tmp_path / "a", Path(config.name), "1"), _compile(tmp_path / "b", Path(config.name), "2")]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr
-        assert "from 9 of 15 runs" in stdout and SMALL_LABEL in stdout
+        assert "from 6 of 9 runs" in stdout and SMALL_LABEL in stdout
     out_a, out_b = tmp_path / "a" / "results" / "t", tmp_path / "b" / "results" / "t"
     expected = set(output_paths(C.load_suite(config)))  # relative to the working folder
     written = {p.relative_to(tmp_path / "a") for p in out_a.rglob("*") if p.is_file() and "runs" not in p.parts}
@@ -358,6 +420,8 @@ def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
     assert pdf.startswith(b"%PDF") and b"CreationDate" not in pdf
     report_text = (out_a / "REPORT.md").read_text()
     assert "- `figures/fig1_gradient_norms.{pdf,png,svg}`" in report_text
+    t4 = (out_a / "tables" / "table4.md").read_text()
+    assert "| 50 / 50 | 76.1 | 42.50 ± 3.54 | 2 |" in t4  # (40 + 45) / 2, std 5 / sqrt(2)
 
 
 def test_paper_is_skipped_cleanly_without_latexmk(tmp_path, monkeypatch, capsys):

@@ -229,19 +229,24 @@ def curves(s: Suite, exp: str) -> Figure:
     """Validation accuracy, main and aux loss per epoch for every finished seed."""
     fig = _figure(s, f"Training curves: {exp} ({s.cfg['experiments'][exp]['dataset']})", 9.0, 3.2)
     runs = [(r.seed, load_history(r)) for r in s.runs.get(exp, [])]
-    runs = [(seed, h) for seed, h in runs if h is not None and len(h)]
+    runs = [(seed, h) for seed, h in runs if h is not None and len(h) and "epoch" in h]
     if not runs:
         return _placeholder(fig, f"{exp}: no finished run")
     ax_acc, ax_main, ax_aux = fig.subplots(1, 3)
     has_aux = s.kind(exp) != "gru"
     for i, (seed, h) in enumerate(runs):
         c = f"C{i % 10}"
-        ax_acc.plot(h["epoch"], 100.0 * h["valid_acc"], color=c, label=f"seed {seed}")
-        ax_main.plot(h["epoch"], h["train_main_loss"], "--", color=c, lw=0.8)
-        ax_main.plot(h["epoch"], h["valid_main_loss"], color=c)
+
+        def line(ax, col, style="-", lw=1.2, scale=1.0, **kw):
+            if col in h:  # a column a future history.csv drops is left out, not fatal
+                ax.plot(h["epoch"], scale * h[col], style, color=c, lw=lw, **kw)
+
+        line(ax_acc, "valid_acc", scale=100.0, label=f"seed {seed}")
+        line(ax_main, "train_main_loss", "--", 0.8)
+        line(ax_main, "valid_main_loss")
         if has_aux:
-            ax_aux.plot(h["epoch"], h["train_aux_loss"], "--", color=c, lw=0.8)
-            ax_aux.plot(h["epoch"], h["valid_aux_loss"], color=c)
+            line(ax_aux, "train_aux_loss", "--", 0.8)
+            line(ax_aux, "valid_aux_loss")
         best = run_best_epoch(s, exp, seed)
         if best is not None:
             ax_acc.axvline(best, color=c, ls=":", lw=0.8)
