@@ -17,6 +17,15 @@ from psrnn.models import build_model, sample_anchors
 from psrnn.naive import NaivePSRNN
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared CPU: one thread is steadier (and much faster under load)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # --- the naive reference is the same model -------------------------------------------------
 
 
@@ -105,9 +114,11 @@ def test_targets_met_not_met_and_not_measured():
 def test_linear_extrapolation_in_sequence_length():
     assert bench.extrapolate([(100, 1.5), (200, 2.5)], 784) == pytest.approx(1.5 + 684 * 0.01)
     assert bench.extrapolate([(784, 3.0)], 784) == 3.0
+    assert bench.extrapolate([(100, 2.0), (200, 1.8)], 784) == 1.8  # noise, not a speed-up
     cpu = bench.budget_lengths(1024, 64, 10, torch.device("cpu"), quick=False)
-    assert cpu == [139, 278]  # 2 * 64 + 10 + 1: the shortest length anchors fit in
-    assert bench.budget_lengths(1024, 0, 0, torch.device("cpu"), quick=False) == [96, 192]
+    assert cpu == [139, 556]  # 2 * 64 + 10 + 1: the shortest length anchors fit in
+    assert bench.budget_lengths(1024, 0, 0, torch.device("cpu"), quick=False) == [128, 512]
+    assert bench.budget_lengths(1024, 64, 10, torch.device("cuda"), quick=False) == [1024]
     assert bench.budget_lengths(100, 64, 10, torch.device("cpu"), quick=False) == [100]
 
 
@@ -140,7 +151,7 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
 
     def fake(spec, isolate):
         calls.append(spec)
-        return {"status": "ok", "step_ms": {"median": 200.0 if spec["shared"] else 100.0},
+        return {"status": "ok", "step_ms": {"min": 200.0 if spec["shared"] else 100.0},
                 "eval_batch_ms": 50.0}
 
     monkeypatch.setattr(bench, "run_measurement", fake)
@@ -161,14 +172,14 @@ def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
     def fake(spec, isolate):  # 1 ms per step of sequence at batch 25
-        return {"status": "ok", "step_ms": {"median": spec["seq_len"] * 1.0},
+        return {"status": "ok", "step_ms": {"min": spec["seq_len"] * 1.0},
                 "eval_batch_ms": spec["seq_len"] * 0.5}
 
     monkeypatch.setattr(bench, "run_measurement", fake)
     b = bench.bench_budget(_suite(), torch.device("cpu"), quick=False, batch_cap=25,
                            repeats=(1, 1), log=lambda m: None)
     a = next(x for x in b["experiments"] if x["experiment"] == "a")
-    assert a["timed_lengths"] == [96, 192] and a["timed_batch"] == 25
+    assert a["timed_lengths"] == [128, 512] and a["timed_batch"] == 25
     assert a["step_ms"] == pytest.approx(784 * 4)  # extrapolated to T = 784, x 100 / 25
     assert a["epoch_s"] == pytest.approx(500 * 3.136 + 100 * 1.568)
 
@@ -227,6 +238,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
         s = t["step_ms"]
         assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"]
         assert t["samples_per_s"] == pytest.approx(16 / (s["median"] / 1e3))
+        assert t["step_cpu_ms"]["median"] > 0
         assert isinstance(t["peak_mem_mb"], float) and isinstance(t["params"], int)
     params = {t["variant"]: t["params"] for t in r["train"]}
     assert params["naive"] == params["ps50"] > params["gru"] and params["full"] > params["ps50"]
@@ -238,7 +250,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     assert len(r["targets"]) == 6 and all(t["status"] == "not measured" for t in r["targets"])
 
     md = json_path.with_suffix(".md").read_text()
-    assert "--quick" in md and "| shape | model | T x F | batch | step ms | samples/s | peak MB | params |" in md
+    assert "--quick" in md and "| shape | model | T x F | batch | step ms | CPU ms | samples/s | peak MB | params |" in md
     rows = [line for line in md.splitlines() if line.startswith("| mnist | ")]
     assert len(rows) == 4 + 3  # one per model, one per ratio
     assert sum("naive private/shared" in line for line in md.splitlines()) == 1

@@ -53,7 +53,7 @@ import torch
 from psrnn import __version__
 from psrnn import config as C
 from psrnn.cli import UserError
-from psrnn.files import write_json, write_text
+from psrnn.files import write_bytes, write_json, write_text
 
 SECTIONS = ("train", "options", "prepare", "budget", "snakemake")
 SCHEMA = "psrnn-bench/1"
@@ -96,10 +96,13 @@ class Settings:
     repeats: int = 5
     batches: tuple[int, ...] = (64, 256)  # batch sizes besides `batch` (options)
     seed: int = 0
+    # CPU threads (None: torch's default, all cores). On a CPU shared with other busy
+    # processes one thread is far steadier: idle OpenMP threads spin-wait for descheduled ones.
+    threads: int | None = None
 
 
 FULL = Settings()
-QUICK = Settings(hidden=32, batch=16, anchors=2, window=8, warmup=1, repeats=2, batches=(8,))
+QUICK = Settings(hidden=32, batch=16, anchors=2, window=8, warmup=1, repeats=2, batches=(8,), threads=1)
 GPU_REPEATS = (5, 20)  # (warmup, repeats) on a GPU: steps are cheap there
 
 # variant -> (shared proportion, naive)
@@ -303,7 +306,8 @@ def measure_train(spec: dict[str, Any]) -> dict[str, Any]:
     """Time `warmup + repeats` training steps of one model; returns step times and memory.
 
     spec: shape (Shape fields), seq_len, hidden, shared, tasks, anchors, window, batch,
-    naive, amp ("bf16" | None), compile (bool), warmup, repeats, eval_batches, device, seed.
+    naive, amp ("bf16" | None), compile (bool), warmup, repeats, eval_batches, device, seed,
+    threads (CPU threads; None = torch's default).
     Uses `training.train_epoch` (same step as training: CE + aux, backward, clip, SGD with
     warm restarts) on a synthetic split of batch x (warmup + repeats) sequences.
     """
@@ -312,6 +316,8 @@ def measure_train(spec: dict[str, Any]) -> dict[str, Any]:
     from psrnn.naive import NaivePSRNN
 
     device = torch.device(spec["device"])
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     shape = Shape(**spec["shape"])
     training.seed_everything(spec["seed"], device)
     cfg = run_config({**spec, "dataset": shape.dataset})
@@ -330,22 +336,25 @@ def measure_train(spec: dict[str, Any]) -> dict[str, Any]:
     split = synthetic_split(shape, spec["batch"] * steps, spec["seq_len"], spec["seed"])
     gens = training.Generators.seeded(spec["seed"])
     sync = synchronizer(device)
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []  # (wall, process CPU) after each step
 
     def on_step(epoch: int, step: int, m: torch.nn.Module) -> None:
         sync()
-        stamps.append(time.perf_counter())
+        stamps.append((time.perf_counter(), time.process_time()))
 
     memory = PeakMemory(device)
     memory.start()
     sync()
-    start = time.perf_counter()
+    start = (time.perf_counter(), time.process_time())
     training.train_epoch(model, split, cfg, opt, sched, gens, device, 1, on_step)
     peak = memory.peak()
-    times = np.diff([start, *stamps]).tolist()  # (steps,) seconds per step
-    timed = times[spec["warmup"]:]
+    wall, cpu = np.diff(np.array([start, *stamps]), axis=0).T  # (steps,) seconds per step each
+    timed = wall[spec["warmup"]:].tolist()
     out = {
-        "step_ms": spread(timed, 1e3), "first_step_ms": times[0] * 1e3,
+        "step_ms": spread(timed, 1e3), "first_step_ms": float(wall[0]) * 1e3,
+        # CPU seconds of all this process's threads: on a shared CPU it does not count the
+        # time other processes held the cores (but does count idle threads' spin-waiting)
+        "step_cpu_ms": spread(cpu[spec["warmup"]:].tolist(), 1e3),
         "samples_per_s": spec["batch"] / statistics.median(timed),
         "peak_mem_mb": peak / 2**20, "memory_method": memory.method,
         "params": params, "shared_units": shared_units, "status": "ok",
@@ -381,7 +390,8 @@ def make_spec(shape: Shape, variant: str, s: Settings, device: torch.device, seq
     return {"shape": vars(shape), "seq_len": seq_len, "hidden": s.hidden, "shared": shared,
             "tasks": list(s.tasks), "anchors": s.anchors, "window": s.window, "batch": s.batch,
             "naive": naive, "amp": None, "compile": False, "warmup": s.warmup,
-            "repeats": s.repeats, "device": str(device), "seed": s.seed, **extra}
+            "repeats": s.repeats, "device": str(device), "seed": s.seed, "threads": s.threads,
+            **extra}
 
 
 def record(shape: Shape, variant: str, spec: dict[str, Any], result: dict[str, Any],
@@ -412,8 +422,11 @@ def ratio(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     if a.get("status") != "ok" or b.get("status") != "ok":
         return None
     sa, sb = a["step_ms"], b["step_ms"]
-    return {"median": sa["median"] / sb["median"], "min": sa["min"] / sb["max"],
-            "max": sa["max"] / sb["min"]}
+    out = {"median": sa["median"] / sb["median"], "min": sa["min"] / sb["max"],
+           "max": sa["max"] / sb["min"]}
+    if "step_cpu_ms" in a and "step_cpu_ms" in b:  # the same from process CPU time
+        out["cpu_median"] = a["step_cpu_ms"]["median"] / b["step_cpu_ms"]["median"]
+    return out
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -515,8 +528,7 @@ def write_imdb_like(path: Path, reviews_per_split: int, seed: int = 0) -> dict[s
             info = tarfile.TarInfo(f"aclImdb/{split}/{label}/{j // 2}_{rating}.txt")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buf.getvalue())
+    write_bytes(path, buf.getvalue())
     return {"reviews": n, "chars": int(lengths.sum()), "mean_chars": float(lengths.mean()),
             "archive_mb": path.stat().st_size / 2**20, "write_s": time.perf_counter() - t0}
 
@@ -697,7 +709,7 @@ def padded_length(lengths: np.ndarray, batch: int, rng: np.random.Generator, dra
     return int(round(picks.max(axis=1).mean()))
 
 
-def budget_shapes(suite: dict[str, Any], batch_cap: int | None) -> list[dict[str, Any]]:
+def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (experiment, grid point) with everything its epoch time depends on."""
     rng = np.random.default_rng(0)
     droot = C.data_root(suite)
@@ -733,6 +745,7 @@ def budget_shapes(suite: dict[str, Any], batch_cap: int | None) -> list[dict[str
                 kind = "categorical"
             rows.append({
                 "experiment": name, "point": pid, "dataset": ds, "enabled": ds in enabled,
+                "sizes_source": "prepared manifest" if manifest else "official dataset sizes",
                 "seq_len": seq_len, "length_source": length_source, "features": features,
                 "input": kind, "hidden": cfg.hidden, "shared": cfg.shared,
                 "shared_units": cfg.shared_units if cfg.has_aux else 0,
@@ -755,29 +768,31 @@ def budget_lengths(seq_len: int, window: int, anchors: int, device: torch.device
                    quick: bool) -> list[int]:
     """Sequence lengths to time a shape at: the real one on a GPU; on CPU (or --quick) two
     shorter ones, extrapolated linearly (step time = a + b * T: the main GRU is linear in T,
-    the decoders' cost does not depend on T)."""
+    the decoders' cost does not depend on T; a 4x lever arm keeps timing noise small)."""
     shortest = 2 * window + anchors + 1  # anchors need [window, T - window)
     if device.type == "cuda" and not quick:
         return [seq_len]
-    t1 = max(shortest, QUICK_LEN if quick else 96)
+    t1 = max(shortest, QUICK_LEN if quick else 128)
     if t1 >= seq_len:
         return [seq_len]
-    return [t1, min(2 * t1, seq_len)]
+    return [t1, min((2 if quick else 4) * t1, seq_len)]
 
 
 def extrapolate(points: list[tuple[int, float]], seq_len: int) -> float:
-    """Linear fit through (T, time) points evaluated at seq_len (one point: itself)."""
+    """Line through two (T, time) points evaluated at seq_len (one point: itself). A
+    negative slope (timing noise) counts as flat: a longer sequence never runs faster."""
     if len(points) == 1:
         return points[0][1]
     (t1, s1), (t2, s2) = points
-    return s1 + (s2 - s1) * (seq_len - t1) / (t2 - t1)
+    slope = max(0.0, (s2 - s1) / (t2 - t1))
+    return s2 + slope * (seq_len - t2)
 
 
 def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
                  batch_cap: int | None, repeats: tuple[int, int],
-                 log: Callable[[str], None]) -> dict[str, Any]:
+                 log: Callable[[str], None], threads: int | None = None) -> dict[str, Any]:
     """Device hours of every run of `suite` at its max_epochs cap, from timed steps."""
-    rows = budget_shapes(suite, batch_cap)
+    rows = budget_shapes(suite)
     measured: dict[tuple, dict[str, Any]] = {}
     warmup, reps = repeats
     for row in rows:
@@ -795,12 +810,13 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
                     "tasks": row["tasks"], "anchors": row["anchors"], "window": row["window"],
                     "batch": batch, "embedding": row["embedding"], "decoder_layers": row["decoder_layers"],
                     "decoder_input": row["decoder_input"], "head": row["head"], "naive": False,
-                    "warmup": warmup, "repeats": reps, "eval_batches": 1, "device": str(device), "seed": 0}
+                    "warmup": warmup, "repeats": reps, "eval_batches": 1, "device": str(device), "seed": 0,
+                    "threads": threads}
             res = run_measurement(spec, isolate=False)
             if res.get("status") != "ok":
                 status = res.get("status", "error")
                 break
-            points.append((t, res["step_ms"]["median"] / 1e3))
+            points.append((t, res["step_ms"]["min"] / 1e3))  # best of the repeats: least disturbed
             eval_points.append((t, res["eval_batch_ms"] / 1e3))
         scale = row["batch"] / batch  # CPU --budget-batch: time scaled linearly in batch size
         if status == "ok":
@@ -821,7 +837,8 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
             "seq_len": row["seq_len"], "length_source": row["length_source"],
             "features": row["features"], "hidden": row["hidden"],
             "shared_units": row["shared_units"], "batch": row["batch"],
-            "train_n": row["train_n"], "valid_n": row["valid_n"], "max_epochs": row["max_epochs"],
+            "train_n": row["train_n"], "valid_n": row["valid_n"], "sizes_source": row["sizes_source"],
+            "max_epochs": row["max_epochs"],
             "seeds": row["seeds"], "grid_points": 0, "epoch_s": [], "status": "ok",
             "timed_lengths": m["timed_lengths"], "timed_batch": m["timed_batch"]})
         if m["status"] != "ok":
@@ -849,7 +866,8 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
         out.append(e)
     return {"experiments": out, "total_hours": total["enabled"],
             "disabled_hours": total["disabled"],
-            "method": ("step and validation-batch times measured at each experiment's hidden "
+            "method": ("step (best of the repeats) and validation-batch times measured at each "
+                       "experiment's hidden "
                        "size, shared units, anchors, window, batch and sequence length "
                        + ("(timed at the full length)" if device.type == "cuda" and not quick else
                           "(timed at two shorter lengths, extrapolated linearly in T)")
@@ -927,12 +945,14 @@ def _n(value: Any, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _step_cells(r: dict[str, Any]) -> list[str]:
+def _step_cells(r: dict[str, Any], cpu: bool = False) -> list[str]:
     if r.get("status") != "ok":
-        return [r.get("status", "?"), "–", "–"]
+        return [r.get("status", "?"), *["–"] * (3 if cpu else 2)]
     s = r["step_ms"]
-    return [f"{s['median']:,.1f} ({s['min']:,.1f}–{s['max']:,.1f})", _n(r["samples_per_s"], 0),
-            _n(r["peak_mem_mb"], 0)]
+    cells = [f"{s['median']:,.1f} ({s['min']:,.1f}–{s['max']:,.1f})"]
+    if cpu:
+        cells.append(_n(r["step_cpu_ms"]["median"]))
+    return cells + [_n(r["samples_per_s"], 0), _n(r["peak_mem_mb"], 0)]
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -964,17 +984,23 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"One optimizer step of `training.train_epoch` (batch gather, forward, CE + aux loss, "
                 f"backward, clip, SGD + warm restarts): hidden {st['hidden']}, batch {st['batch']}, "
                 f"{st['anchors']} anchors, window {st['window']}, tasks {'+'.join(st['tasks'])}; "
-                f"{st['warmup']} warm-up steps, then median (min–max) of {st['repeats']} steps. "
+                f"{st['warmup']} warm-up steps, then median (min–max) of {st['repeats']} steps "
+                f"(wall clock; CPU ms = process CPU time, all threads). "
                 f"Peak memory: {result['memory_method']}.", "",
-                table(["shape", "model", "T x F", "batch", "step ms", "samples/s", "peak MB", "params"],
+                table(["shape", "model", "T x F", "batch", "step ms", "CPU ms", "samples/s", "peak MB",
+                       "params"],
                       [[r["shape"], VARIANT_LABELS[r["variant"]], f"{r['seq_len']} x {r['features']}",
-                        r["batch"], *_step_cells(r), _n(r.get("params"))] for r in result["train"]])]
+                        r["batch"], *_step_cells(r, cpu=True), _n(r.get("params"))]
+                       for r in result["train"]])]
     if result.get("ratios"):
-        out += ["", "Ratios of step times: median, and range [min/max, max/min] over the repeats.", "",
-                table(["shape", "ratio", "median", "range"],
+        out += ["", "Ratios of step times: median, range [min/max, max/min] over the repeats, and "
+                "the ratio of median process CPU times.", "",
+                table(["shape", "ratio", "median", "range", "CPU-time ratio"],
                       [[r["shape"], ("aux overhead " if r["kind"] == "aux_overhead" else "speed-up ")
                         + f"{r['numerator']} / {r['denominator']}", f"{r['median']:.2f}x",
-                        f"{r['min']:.2f}–{r['max']:.2f}"] for r in result["ratios"]])]
+                        f"{r['min']:.2f}–{r['max']:.2f}",
+                        "–" if r.get("cpu_median") is None else f"{r['cpu_median']:.2f}x"]
+                       for r in result["ratios"]])]
     if result.get("options"):
         base = {(r["shape"], r["variant"]): r for r in result.get("train", [])}
         rows = []
@@ -983,11 +1009,13 @@ def to_markdown(result: dict[str, Any]) -> str:
             rel = "–"
             if b and r.get("status") == "ok" and b.get("status") == "ok":
                 rel = f"{r['step_ms']['median'] / b['step_ms']['median']:.2f}x"
+            first = f"{r['first_step_ms'] / 1e3:.1f}" if r.get("status") == "ok" else "–"
             rows.append([f"{r['option']} = {r['value']}", r["shape"], VARIANT_LABELS[r["variant"]],
-                         r["batch"], *_step_cells(r), rel])
+                         r["batch"], *_step_cells(r), rel, first])
         out += ["", "## Options", "", "Step time relative to the same model in the table above "
-                "(batch rows: compare samples/s).", "",
-                table(["option", "shape", "model", "batch", "step ms", "samples/s", "peak MB", "vs default"], rows)]
+                "(batch rows: compare samples/s); first step s = warm-up incl. compilation.", "",
+                table(["option", "shape", "model", "batch", "step ms", "samples/s", "peak MB",
+                       "vs default", "first step s"], rows)]
     if result.get("prepare"):
         out += ["", "## Data preparation", "",
                 "Generated look-alike archives of full size, then the real `prepare` "
@@ -1038,6 +1066,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, help="warm-up steps per measurement")
     p.add_argument("--repeats", type=int, help="timed steps per measurement")
     p.add_argument("--batch", type=int, help=f"train/options batch size (default {FULL.batch})")
+    p.add_argument("--threads", type=int, help="CPU threads per measurement (default: all cores; 1 with --quick)")
     p.add_argument("--isolate", choices=("auto", "on", "off"), default="auto",
                    help="one fresh process per CPU measurement, for clean peak RSS "
                         "(auto: on for a full CPU run)")
@@ -1057,21 +1086,64 @@ def parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) 
     return items
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The bench command as typed, rebuilt from the parsed arguments (defaults left out)."""
+    parts = ["python -m psrnn bench"]
+    for key, value in sorted(vars(args).items()):
+        flag = "--" + key.replace("_", "-")
+        if key.startswith("_") or key == "command" or value in (None, False, [], "auto"):
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts += [f"{flag} {v!r}" for v in value]
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
+    """FULL or QUICK, with more repeats on a GPU and the command line's overrides."""
+    s = QUICK if args.quick else FULL
+    if device.type == "cuda" and not args.quick:
+        s = Settings(**{**vars(s), "warmup": GPU_REPEATS[0], "repeats": GPU_REPEATS[1]})
+    given = {"warmup": args.warmup, "repeats": args.repeats, "batch": args.batch, "threads": args.threads}
+    s = Settings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
+    if s.warmup < 1 or s.repeats < 1:
+        raise UserError("--warmup and --repeats must be >= 1 (the first step is never timed)")
+    return s
+
+
 def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     sections = parse_list(args.only, SECTIONS, "section")
     shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
+    s = settings_for(args, device)
+    config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
+    out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))
+    threads = torch.get_num_threads()
+    try:
+        if s.threads:
+            torch.set_num_threads(s.threads)
+        result = benchmark(args, device, s, sections, shapes, config_path)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (tests) get their setting back
+    slug_ = result["environment"]["device_slug"]
+    json_path = out_dir / f"{slug_}.json"
+    write_json(json_path, result)
+    write_text(out_dir / f"{slug_}.md", to_markdown(result))
+    for t in result["targets"]:
+        print(f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
+              + ("" if t["measured"] is None else f" (measured {t['measured']:.2f} {t['unit']})"))
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')} ({result['total_s']:.0f}s)")
+    return 0
+
+
+def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, sections: list[str],
+              shapes: list[Shape], config_path: Path) -> dict[str, Any]:
+    """Run the chosen sections; returns the whole result (what the JSON holds)."""
     quick = args.quick
-    s = QUICK if quick else FULL
-    if device.type == "cuda" and not quick:
-        s = Settings(**{**vars(s), "warmup": GPU_REPEATS[0], "repeats": GPU_REPEATS[1]})
-    s = Settings(**{**vars(s), **{k: v for k, v in (("warmup", args.warmup), ("repeats", args.repeats),
-                                                    ("batch", args.batch)) if v is not None}})
-    if s.warmup < 1 or s.repeats < 1:
-        raise UserError("--warmup and --repeats must be >= 1 (the first step is never timed)")
     isolate = {"on": True, "off": False}.get(args.isolate, device.type == "cpu" and not quick)
-    config_path = Path(args.config or ("config/small.yaml" if quick else "config/paper.yaml"))
-    out_dir = Path(args.out or ("results/bench/quick" if quick else "results/bench"))
     budget_batch = args.budget_batch or (32 if device.type == "cpu" and not quick else None)
 
     def log(msg: str) -> None:
@@ -1079,9 +1151,8 @@ def run(args: argparse.Namespace) -> int:
 
     env = environment(device)
     seq_len = (lambda sh: min(QUICK_LEN, sh.seq_len)) if quick else (lambda sh: sh.seq_len)
-    cmd = "python -m psrnn bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "python -m psrnn bench"
     result: dict[str, Any] = {
-        "schema": SCHEMA, "quick": quick, "command": cmd.strip(), "sections": sections,
+        "schema": SCHEMA, "quick": quick, "command": command_line(args), "sections": sections,
         "environment": env, "load_average": {"start": load_average(), "end": None},
         "settings": {**vars(s), "tasks": list(s.tasks), "batches": list(s.batches),
                      "shapes": [sh.dataset for sh in shapes], "isolate": isolate},
@@ -1100,17 +1171,16 @@ def run(args: argparse.Namespace) -> int:
     if "prepare" in sections:
         with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
-    suite = None
-    if "budget" in sections or "snakemake" in sections:
-        suite = C.load_suite(config_path)
     if "budget" in sections:
-        reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 2))
-        b = bench_budget(suite, device, quick, budget_batch, reps, log)
-        hours = "GPU hours" if device.type == "cuda" else "CPU hours"
-        b.update(config=str(config_path), unit=f"{hours}", device_name=env["device_name"])
+        suite = C.load_suite(config_path)
+        reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))
+        b = bench_budget(suite, device, quick, budget_batch, reps, log, s.threads)
+        unit = "GPU hours" if device.type == "cuda" else "CPU hours"
+        b.update(config=str(config_path), unit=unit, device_name=env["device_name"])
         result["budget"] = b
-        log(f"budget {config_path}: {b['total_hours']:.1f} {hours} on {env['device_name']}")
+        log(f"budget {config_path}: {b['total_hours']:.1f} {unit} on {env['device_name']}")
     if "snakemake" in sections:
+        C.load_suite(config_path)  # a bad config is the user's error, not a slow dry run
         sm = bench_snakemake(config_path)
         sm["paper"] = config_path.name == "paper.yaml"
         result["snakemake"] = sm
@@ -1118,12 +1188,4 @@ def run(args: argparse.Namespace) -> int:
     result["load_average"]["end"] = load_average()
     result["total_s"] = time.perf_counter() - t_all
     result["targets"] = targets(result)
-    md = to_markdown(result)
-    json_path = out_dir / f"{env['device_slug']}.json"
-    write_json(json_path, result)
-    write_text(out_dir / f"{env['device_slug']}.md", md)
-    for t in result["targets"]:
-        log(f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
-            + ("" if t["measured"] is None else f" (measured {t['measured']:.2f} {t['unit']})"))
-    log(f"wrote {json_path} and {json_path.with_suffix('.md')} ({result['total_s']:.0f}s)")
-    return 0
+    return result
