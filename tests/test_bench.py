@@ -261,3 +261,26 @@ def test_unknown_section_or_shape_is_a_one_line_error(capsys):
     assert main(["bench", "--only", "train,warp"]) == 2
     assert "unknown section warp" in capsys.readouterr().err
     assert main(["bench", "--shapes", "svhn"]) == 2
+
+
+def _part(sections, quick=False, **data):
+    return {"schema": bench.SCHEMA, "quick": quick, "sections": sections, "command": f"bench {sections}",
+            "notes": [], "load_average": {"start": [1.0], "end": [2.0]}, "total_s": 10.0,
+            "environment": {"device": "cpu", "cpu_count": 2}, **data}
+
+
+def test_merge_keeps_sections_not_rerun_and_redoes_targets():
+    imdb = {"dataset": "imdb", "items": 50_000, "prepare_s": 20.0, "prepared_mb": 64.0,
+            "dense_onehot_gb": 15.2}
+    old = _part(["train", "prepare"], train=[{"variant": "old"}], ratios=[], settings={"batch": 128},
+                memory_method="m", prepare=[imdb])
+    new = _part(["train", "budget"], train=[{"variant": "new"}], ratios=[], settings={"batch": 64},
+                memory_method="m", budget={"total_hours": 1.0})
+    out = bench.merge(old, new)
+    assert out["sections"] == ["train", "prepare", "budget"]
+    assert out["train"] == [{"variant": "new"}] and out["settings"] == {"batch": 64}
+    assert out["prepare"] == [imdb] and out["budget"] == {"total_hours": 1.0}
+    assert out["total_s"] == 20.0 and len(out["load_average"]["earlier_parts"]) == 1
+    assert {t["target"]: t["status"] for t in out["targets"]}["IMDB preparation of 50K reviews, time"] == "met"
+    with pytest.raises(bench.UserError):
+        bench.merge(_part(["train"], quick=True), new)

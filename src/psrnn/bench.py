@@ -53,7 +53,7 @@ import torch
 from psrnn import __version__
 from psrnn import config as C
 from psrnn.cli import UserError
-from psrnn.files import write_bytes, write_json, write_text
+from psrnn.files import read_json, write_bytes, write_json, write_text
 
 SECTIONS = ("train", "options", "prepare", "budget", "snakemake")
 SCHEMA = "psrnn-bench/1"
@@ -723,8 +723,6 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
         manifest_path = prepared / "manifest.json"
         manifest = None
         if manifest_path.is_file():
-            from psrnn.files import read_json
-
             manifest = read_json(manifest_path)
         train_n, valid_n = split_sizes(ds, opts, manifest)
         points = C.grid_points(exp) if C.has_grid(suite, name) else [(None, {})]
@@ -972,7 +970,9 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"cuDNN {env['cudnn_version']}, Python {env['python']}, {env['platform']}; "
             f"{env['cpu_count']} CPUs ({env['cpu_model']}), {env['torch_threads']} torch threads"
             + (f", {env['gpu_memory_gb']} GiB GPU memory" if env["gpu_memory_gb"] else "") + ".",
-            f"Load average at start / end: {result['load_average']['start']} / {result['load_average']['end']}."]
+            "Load average (1, 5, 15 min) at start / end: " + "; ".join(
+                f"{la['start']} / {la['end']}" for la in
+                [*result["load_average"].get("earlier_parts", []), result["load_average"]]) + "."]
     out += [f"Note: {n}" for n in result["notes"]]
     out += ["", "## Targets", "", table(
         ["target", "threshold", "measured", "status", "note"],
@@ -1073,6 +1073,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on CPU (slow to compile)")
     p.add_argument("--budget-batch", type=int,
                    help="time budget steps at this batch and scale linearly (default: 32 on CPU)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the sections of an existing output that this run does not redo")
     p.add_argument("--note", action="append", default=[], help="a line recorded in the output (repeatable)")
 
 
@@ -1114,6 +1116,34 @@ def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
     return s
 
 
+# what each section adds to the result; train's settings and memory method go with its table
+SECTION_KEYS = {"train": ("train", "ratios", "settings", "memory_method"), "options": ("options",), "prepare": ("prepare",),
+                "budget": ("budget",), "snakemake": ("snakemake",)}
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new` plus the sections only `old` has (same device and quick mode), targets redone.
+
+    Lets a long benchmark run in parts (`--only train`, then `--only budget --merge`)."""
+    if old.get("schema") != SCHEMA or old.get("quick") != new["quick"]:
+        raise UserError("--merge: the existing output is from another bench version or mode")
+    out = dict(new)
+    kept = [sec for sec in old.get("sections", []) if sec not in new["sections"]]
+    for sec in kept:
+        for key in SECTION_KEYS[sec]:
+            if key in old:
+                out[key] = old[key]
+    out["sections"] = [sec for sec in SECTIONS if sec in new["sections"] or sec in kept]
+    out["command"] = "; ".join(dict.fromkeys([*old.get("command", "").split("; "), new["command"]]))
+    out["notes"] = list(dict.fromkeys([*old.get("notes", []), *new["notes"]]))
+    out["load_average"] = {**new["load_average"], "earlier_parts": [
+        *old.get("load_average", {}).get("earlier_parts", []),
+        {k: v for k, v in old.get("load_average", {}).items() if k != "earlier_parts"}]}
+    out["total_s"] = new["total_s"] + old.get("total_s", 0.0)
+    out["targets"] = targets(out)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     sections = parse_list(args.only, SECTIONS, "section")
@@ -1130,6 +1160,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads)  # in-process callers (tests) get their setting back
     slug_ = result["environment"]["device_slug"]
     json_path = out_dir / f"{slug_}.json"
+    if args.merge and json_path.is_file():
+        result = merge(read_json(json_path), result)
     write_json(json_path, result)
     write_text(out_dir / f"{slug_}.md", to_markdown(result))
     for t in result["targets"]:
