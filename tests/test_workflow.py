@@ -1,0 +1,317 @@
+"""The workflow: file lists and job parameters (psrnn.workflow), `select`, `check`, and the
+Snakefile as Snakemake sees it (lint, dry runs of the paper and small configs)."""
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from psrnn import config as C
+from psrnn import regression, selection
+from psrnn import workflow as W
+from psrnn.cli import UserError, main
+
+ROOT = C.ROOT
+PAPER, SMALL = ROOT / "config" / "paper.yaml", ROOT / "config" / "small.yaml"
+PAPER_DBPEDIA = ROOT / "config" / "paper-dbpedia.yaml"
+
+# a tiny valid suite: one dataset, a 2-point grid, 2 seeds
+TINY = {
+    "name": "tiny",
+    "seeds": [0, 1],
+    "datasets": {"mnist": {"prepare": {"downsample": 7}}},
+    "defaults": {"hidden": 4, "max_epochs": 1},
+    "experiments": {
+        "base": {"dataset": "mnist", "shared": 0.0},
+        "ps": {"dataset": "mnist", "shared": 0.5, "tasks": ["rec"], "anchors": 1, "window": 5,
+               "grid": {"lr": [0.1, 0.01]}},
+    },
+}
+
+
+def write_tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+# --- psrnn.workflow: which config, which files --------------------------------------------
+
+
+def test_suite_path_is_the_last_configfile_else_the_default():
+    assert W.suite_path([], "config/paper.yaml") == Path("config/paper.yaml")
+    assert W.suite_path([Path("/a/x.yaml"), Path("/b/y.yaml")], "config/paper.yaml") == Path("/b/y.yaml")
+
+
+def test_suite_path_refuses_command_line_config_values():
+    with pytest.raises(C.ConfigError, match="dbpedia"):
+        W.suite_path([], "config/paper.yaml", {"dbpedia": True})
+
+
+def test_small_config_file_lists():
+    cfg = C.load_suite(SMALL)
+    assert W.fixture_files(cfg) == [f"data/small/fixtures/{d}/MD5SUMS" for d in C.DATASETS]
+    assert W.download_inputs(cfg, "imdb") == ["data/small/fixtures/imdb/MD5SUMS"]
+    n_exp = len(C.enabled_experiments(cfg))
+    finals = W.final_metrics(cfg)
+    assert len(finals) == n_exp * 2 and len(set(finals)) == len(finals)
+    assert "results/small/runs/mnist_gru/seed1/metrics.json" in finals
+    grid = W.search_metrics(cfg, "mnist_ps30_predrec_a4")
+    assert grid == ["results/small/search/mnist_ps30_predrec_a4/lr-0.01/metrics.json",
+                    "results/small/search/mnist_ps30_predrec_a4/lr-0.03/metrics.json"]
+    assert W.search_metrics(cfg, "mnist_gru") == []
+    outs = W.all_jobs_outputs(cfg)
+    assert len(outs) == len(set(outs))
+    assert outs.index(W.manifest(cfg, "mnist")) < outs.index(grid[0]) < outs.index(finals[0])
+    assert W.targets(cfg)[-1] == "results/small/paper/build.json"
+    assert "results/small/metrics.json" in W.targets(cfg)
+
+
+def test_paper_config_needs_no_fixtures_and_skips_disabled_dbpedia():
+    cfg = C.load_suite(PAPER)
+    assert W.fixture_files(cfg) == [] and W.download_inputs(cfg, "mnist") == []
+    outs = W.all_jobs_outputs(cfg)
+    assert not any("dbpedia" in f for f in outs)
+    assert any("dbpedia" in f for f in W.all_jobs_outputs(C.load_suite(PAPER_DBPEDIA)))
+
+
+def test_train_inputs_add_the_selection_only_for_grids():
+    cfg = C.load_suite(SMALL)
+    assert W.train_inputs(cfg, "imdb_gru") == {"data": "data/small/prepared/imdb/manifest.json"}
+    assert W.train_inputs(cfg, "mnist_ps30_predrec_a4") == {
+        "data": "data/small/prepared/mnist/manifest.json",
+        "selected": "results/small/search/mnist_ps30_predrec_a4/selected.json"}
+
+
+def test_experiment_spec_changes_only_for_the_edited_experiment():
+    cfg = C.load_suite(SMALL)
+    before = {e: W.experiment_spec(cfg, e) for e in cfg["experiments"]}
+    cfg["experiments"]["imdb_gru"]["lr"] = 0.5
+    after = {e: W.experiment_spec(cfg, e) for e in cfg["experiments"]}
+    assert [e for e in before if before[e] != after[e]] == ["imdb_gru"]
+    # a dataset's preparation reaches its experiments' specs (they re-train on new data)
+    cfg["datasets"]["fmnist"]["prepare"]["train"] = 300
+    changed = [e for e in before if W.experiment_spec(cfg, e) != after[e]]
+    assert changed == ["fmnist_gru", "fmnist_ps50_predrec_a5"]
+    points = {W.experiment_spec(cfg, "mnist_ps30_predrec_a4", p) for p in ("lr-0.01", "lr-0.03")}
+    assert len(points) == 2
+
+
+def test_train_resources_come_from_the_config():
+    assert W.train_resources(C.load_suite(PAPER)) == {"gpu": 1, "mem_mb": 16000, "runtime": 2880}
+    assert W.train_resources(C.load_suite(SMALL))["gpu"] == 0
+    assert W.train_resources({"name": "x"}) == W.TRAIN_RESOURCES
+
+
+# --- select ----------------------------------------------------------------------------------
+
+
+POINTS = [("lr-0.1", {"lr": 0.1}), ("lr-0.01", {"lr": 0.01}), ("lr-0.03", {"lr": 0.03})]
+
+
+def metrics(acc, loss=1.0, aux=0.0):
+    return {"best_valid_acc": acc, "valid_main_loss": loss, "valid_aux_loss": aux, "test_acc": 0.0}
+
+
+def test_select_picks_the_best_validation_accuracy():
+    rec = selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.75),
+                                         "lr-0.03": metrics(0.7)})
+    assert rec == {"experiment": "e", "point": "lr-0.01", "overrides": {"lr": 0.01},
+                   "best_valid_acc": 0.75,
+                   "candidates": [{"point": "lr-0.1", "valid_acc": 0.5},
+                                  {"point": "lr-0.01", "valid_acc": 0.75},
+                                  {"point": "lr-0.03", "valid_acc": 0.7}]}
+
+
+def test_select_breaks_ties_by_validation_loss_then_grid_order():
+    tie = {"lr-0.1": metrics(0.8, 0.9, 0.2), "lr-0.01": metrics(0.8, 0.9, 0.1), "lr-0.03": metrics(0.8, 0.9, 0.1)}
+    assert selection.select("e", POINTS, tie)["point"] == "lr-0.01"
+    same = {p: metrics(0.8) for p, _ in POINTS}
+    assert selection.select("e", POINTS, same)["point"] == "lr-0.1"
+
+
+def test_select_never_looks_at_the_test_set():
+    ms = {"lr-0.1": {**metrics(0.6), "test_acc": 0.99}, "lr-0.01": metrics(0.61), "lr-0.03": metrics(0.1)}
+    assert selection.select("e", POINTS, ms)["point"] == "lr-0.01"
+
+
+def test_select_names_missing_points():
+    with pytest.raises(UserError, match="lr-0.03"):
+        selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.5)})
+
+
+def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
+    suite = write_tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for pid, acc in (("lr-0.1", 0.4), ("lr-0.01", 0.6)):
+        path = tmp_path / "results" / "tiny" / "search" / "ps" / pid / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(metrics(acc)))
+    assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 0
+    rec = json.loads((tmp_path / "results/tiny/search/ps/selected.json").read_text())
+    assert rec["point"] == "lr-0.01" and rec["overrides"] == {"lr": 0.01}
+    # the final run's settings are the selected point's
+    run = C.resolve_run(C.load_suite(suite), "ps", 1, selected=rec["overrides"])
+    assert run.lr == 0.01 and run.seed == 1
+    assert main(["select", "--config", str(suite), "--experiment", "base"]) == 2
+    assert "no `grid:`" in capsys.readouterr().err
+
+
+# --- check -------------------------------------------------------------------------------------
+
+
+def fake_metrics(i: int) -> dict:
+    return {"test_acc": 0.5 + i / 100, "best_valid_acc": 0.6, "best_epoch": 1, "epochs_run": 1,
+            "test_main_loss": 1.25, "test_aux_loss": 0.0, "valid_main_loss": 1.5,
+            "valid_aux_loss": 0.0, "train_main_loss": 2.0, "train_aux_loss": 0.0,
+            "params": 100, "params_main": 80, "params_head": 20, "params_aux": 0, "device": "cpu"}
+
+
+def test_run_ids_cover_search_and_final_runs():
+    cfg = C.validate_suite(yaml.safe_load(yaml.safe_dump(TINY)))
+    assert regression.run_ids(cfg) == ["search/ps/lr-0.1", "search/ps/lr-0.01", "runs/base/seed0",
+                                       "runs/base/seed1", "runs/ps/seed0", "runs/ps/seed1"]
+
+
+def test_compare_exact_and_with_tolerance():
+    exp = {"runs/a/seed0": fake_metrics(0)}
+    off = {**fake_metrics(0), "test_acc": 0.52, "test_main_loss": 1.25 * 1.01}
+    assert regression.compare(exp, {"runs/a/seed0": off}, exact=True) == [
+        "runs/a/seed0 test_acc: expected 0.5, got 0.52",
+        f"runs/a/seed0 test_main_loss: expected 1.25, got {1.25 * 1.01!r}"]
+    assert regression.compare(exp, {"runs/a/seed0": off}, exact=False) == []
+    far = {**off, "test_acc": 0.56, "test_main_loss": 1.4, "params_aux": 1}
+    assert regression.compare(exp, {"runs/a/seed0": far}, exact=False) == [
+        "runs/a/seed0 test_acc: expected 0.5, got 0.56",
+        "runs/a/seed0 test_main_loss: expected 1.25, got 1.4",
+        "runs/a/seed0 params_aux: expected 0, got 1"]  # counts: exact everywhere
+
+
+def test_compare_names_missing_new_and_unfinished_runs():
+    exp = {"runs/a/seed0": fake_metrics(0), "runs/gone/seed0": fake_metrics(1)}
+    got = {"runs/a/seed0": None, "runs/new/seed0": fake_metrics(2)}
+    assert regression.compare(exp, got, exact=True) == [
+        "runs/a/seed0: missing (no metrics.json: the run has not finished)",
+        "runs/gone/seed0: in the expected file but not in the config",
+        "runs/new/seed0: not in the expected file (new run? rerun with --update)"]
+
+
+def test_check_command_update_then_pass_then_fail(tmp_path, monkeypatch, capsys):
+    suite = write_tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cfg = C.load_suite(suite)
+    for i, rid in enumerate(regression.run_ids(cfg)):
+        path = tmp_path / "results" / "tiny" / rid / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(fake_metrics(i)))
+    expected = tmp_path / "expected.json"
+    args = ["check", "--config", str(suite), "--expected", str(expected)]
+    assert main(args) == 2  # no expected file yet
+    assert "--update" in capsys.readouterr().err
+    assert main([*args, "--update"]) == 0
+    rec = json.loads(expected.read_text())
+    assert rec["platform"]["device"] == "cpu" and len(rec["runs"]) == 6
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "exact (same platform)" in capsys.readouterr().out
+    # one changed number -> exit 1, one line naming run, key, expected and got
+    path = tmp_path / "results/tiny/runs/ps/seed1/metrics.json"
+    path.write_text(json.dumps({**fake_metrics(5), "best_epoch": 2}))
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "runs/ps/seed1 best_epoch: expected 1, got 2" in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("runs/")]) == 1
+    # another platform: the tolerance applies (2 epochs is within it)
+    rec["platform"]["cpu_capability"] = "OTHER"
+    expected.write_text(json.dumps(rec))
+    assert main(args) == 0
+    assert "tolerance" in capsys.readouterr().out
+
+
+# --- Snakemake's view ----------------------------------------------------------------------------
+
+
+def snakemake(*args, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Snakemake on the repository's Snakefile from a scratch working directory."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+           str(cwd), *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    """The 'job count' table of `snakemake -n --quiet rules`."""
+    table = out.split("Job stats:")[1] if "Job stats:" in out else out
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+
+
+def test_snakemake_lint_is_clean(tmp_path):
+    res = snakemake("--lint", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Congratulations, your workflow is in a good condition!" in res.stdout + res.stderr
+
+
+def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
+    t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = snakemake("-n", "--quiet", "rules", cwd=tmp_path)  # no --configfile: the paper config
+    t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (t1.ru_utime - t0.ru_utime) + (t1.ru_stime - t0.ru_stime)  # load-proof "seconds"
+    assert res.returncode == 0, res.stderr
+    cfg = C.load_suite(PAPER)
+    exps = C.enabled_experiments(cfg)
+    grids = [e for e in exps if C.has_grid(cfg, e)]
+    assert job_counts(res.stdout) == {
+        "download": 4, "prepare": 4,
+        "search": sum(len(C.grid_points(cfg["experiments"][e])) for e in grids),  # 54
+        "select": len(grids),  # 18
+        "train": len(exps) * 3,  # 75
+        "compile": 1, "paper": 1, "all": 1}
+    assert cpu_s < 30, cpu_s  # ~5 s of CPU on a laptop
+    # Snakemake picked up the workflow profile by itself
+    assert f"Using workflow specific profile {ROOT}/profiles/default" in res.stderr
+
+
+def test_configfile_small_selects_only_the_small_config(tmp_path):
+    """Snakemake merges --configfile into the Snakefile's paper config; the workflow must
+    still see the small config alone: its jobs, its folders, nothing of the paper's."""
+    res = snakemake("-n", "--configfile", str(SMALL), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    cfg = C.load_suite(SMALL)
+    counts = job_counts(res.stdout)
+    assert counts["fixtures"] == 1 and counts["download"] == 5
+    assert counts["train"] == len(C.enabled_experiments(cfg)) * 2
+    assert counts["search"] == 2 and counts["select"] == 1
+    assert "results/paper" not in res.stdout and "data/paper" not in res.stdout
+    assert "cifar10_gru_large" not in res.stdout  # a paper-only experiment
+    # profiles/default's printshellcmds applies: the jobs read the suite file from the prefix
+    assert "--config \"$PSRNN_CONFIG\"" in res.stdout
+
+
+def test_configfile_paper_dbpedia_adds_only_dbpedia(tmp_path):
+    res = snakemake("-n", "--quiet", "rules", "--configfile", str(PAPER_DBPEDIA), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    counts = job_counts(res.stdout)
+    assert counts["download"] == 5 and counts["train"] == 75 + 4 * 3 and counts["search"] == 54 + 12
+
+
+def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
+    bad = C.load_yaml(SMALL)
+    bad["experiments"]["mnist_gru"]["shared"] = 1.5
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    res = snakemake("--cores", "1", "--configfile", str(path), cwd=tmp_path)
+    assert res.returncode != 0
+    assert "experiments.mnist_gru.shared" in res.stderr + res.stdout
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results").exists()
+
+
+def test_command_line_config_values_are_refused(tmp_path):
+    res = snakemake("-n", "--config", "dbpedia=true", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "--config dbpedia: not supported" in res.stderr + res.stdout

@@ -1,0 +1,146 @@
+"""The small config through Snakemake, for real (no containers), in a scratch directory:
+every stage runs, the metrics match tests/expected/small.json, a second run does nothing,
+a deleted run is redone alone, and a workflow killed mid-run finishes with nothing lost.
+
+    uv run --frozen pytest tests/test_workflow_e2e.py      # a few minutes on 2 CPU cores
+
+The tests share one scratch directory and run in file order.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from psrnn import config as C
+from psrnn import regression
+from psrnn import workflow as W
+
+pytestmark = pytest.mark.slow
+
+ROOT = C.ROOT
+SMALL = ROOT / "config" / "small.yaml"
+CFG = C.load_suite(SMALL)
+RESULTS = C.results_root(CFG)
+
+
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+            str(workdir), "--configfile", str(SMALL), "--cores", "2", *args]
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_cmd(workdir, *args), cwd=workdir, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def psrnn(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "psrnn", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=120)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    table = out.split("Job stats:")[1] if "Job stats:" in out else ""
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+
+
+def mtimes(workdir: Path) -> dict[str, int]:
+    return {f: (workdir / f).stat().st_mtime_ns for f in W.final_metrics(CFG)}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The small config's whole DAG, run once for the module."""
+    d = tmp_path_factory.mktemp("small")
+    t0 = time.monotonic()
+    res = snakemake(d)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
+    print(f"small config, whole DAG: {took:.0f}s")
+    return d
+
+
+def test_the_whole_small_dag_runs_and_matches_the_expected_metrics(workdir):
+    for f in W.all_jobs_outputs(CFG):
+        assert (workdir / f).exists(), f
+    res = psrnn(workdir, "check", "--config", str(SMALL))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"all {len(regression.run_ids(CFG))} runs match" in res.stdout
+    # every output is labelled as not a reproduction
+    report = (workdir / RESULTS / "REPORT.md").read_text()
+    assert "not a reproduction" in report
+    summary = json.loads((workdir / RESULTS / "metrics.json").read_text())
+    assert summary  # dvc metrics show reads this
+    # the search chose a point and the final runs used it
+    sel = json.loads((workdir / W.selection(CFG, "mnist_ps30_predrec_a4")).read_text())
+    run = json.loads((workdir / W.run_metrics(CFG, "mnist_ps30_predrec_a4", 1)).read_text())
+    assert run["config"]["lr"] == sel["overrides"]["lr"]
+    # every job left a log and a benchmark
+    logs = list((workdir / RESULTS / "logs").rglob("*.log"))
+    benchmarks = list((workdir / RESULTS / "benchmarks").rglob("*.tsv"))
+    assert len(logs) == len(benchmarks) >= len(W.final_metrics(CFG)) + 10
+
+
+def test_a_second_run_has_nothing_to_do(workdir):
+    res = snakemake(workdir, "-n")
+    assert res.returncode == 0, res.stderr
+    assert "Nothing to be done" in res.stdout + res.stderr
+
+
+def test_deleting_one_run_redoes_that_run_and_what_depends_on_it(workdir):
+    target = workdir / W.run_metrics(CFG, "imdb_gru", 1)
+    target.unlink()
+    res = snakemake(workdir, "-n", "--quiet", "rules")
+    assert res.returncode == 0, res.stderr
+    assert job_counts(res.stdout) == {"train": 1, "compile": 1, "paper": 1, "all": 1}
+    res = snakemake(workdir, "-n")
+    assert "results/small/runs/imdb_gru/seed1/metrics.json" in res.stdout
+    assert res.stdout.count("rule train:") == 1
+    # ... while DVC-style checkouts (fresh mtimes on every input) trigger nothing
+    for f in W.all_jobs_outputs(CFG)[:20]:
+        os.utime(workdir / f)
+    res = snakemake(workdir, "-n", "--quiet", "rules")
+    assert job_counts(res.stdout) == {"train": 1, "compile": 1, "paper": 1, "all": 1}
+
+
+def test_a_killed_workflow_finishes_with_nothing_lost(workdir):
+    """Kill Snakemake and its jobs (SIGKILL, as a crash would) while training runs are
+    redone, unlock, start again: the runs finished before are untouched, the rest
+    complete, and every metric is again exactly the expected one."""
+    redo = ["cifar10_shared_50", "fmnist_ps50_predrec_a5", "mnist_fig3_h16"]
+    for exp in redo:
+        for seed in CFG["seeds"]:
+            (workdir / W.run_metrics(CFG, exp, seed)).unlink()
+    before = {f: t for f, t in mtimes(workdir).items() if (workdir / f).exists()}
+    proc = subprocess.Popen(snakemake_cmd(workdir), cwd=workdir, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # wait until at least one redone run has finished and another has started
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            done = [e for e in redo for s in CFG["seeds"]
+                    if (workdir / W.run_metrics(CFG, e, s)).exists()]
+            if done:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the workflow finished before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    unfinished = [f for f in W.final_metrics(CFG) if not (workdir / f).exists()]
+    assert unfinished  # the kill interrupted the work
+    res = snakemake(workdir, "--unlock")
+    assert res.returncode == 0, res.stderr
+    res = snakemake(workdir)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
+    after = mtimes(workdir)
+    assert {f: after[f] for f in before} == before  # finished runs were not redone
+    res = psrnn(workdir, "check", "--config", str(SMALL))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
