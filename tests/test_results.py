@@ -154,6 +154,37 @@ def row(table, **match) -> dict:
     return df.iloc[0].to_dict()
 
 
+# --- reference numbers ----------------------------------------------------------------------
+
+CONTRACT_IDS = """
+table2/mnist/gru table2/mnist/full-rec-a1 table2/mnist/full-rec-a20 table2/mnist/ps30-rec-a1
+table2/mnist/ps30-predrec-a40 table2/fmnist/gru table2/fmnist/full-rec-a5 table2/fmnist/ps60-rec-a20
+table2/fmnist/ps50-predrec-a5 table2/cifar10/gru-small table2/cifar10/gru-large
+table2/cifar10/full-rec-a20 table2/cifar10/ps40-rec-a20 table2/cifar10/ps60-predrec-a10
+table2/imdb/gru table2/imdb/full-rec-a1 table2/imdb/ps60-predrec-a1 table2/imdb/ps60-predrec-a5
+table2/dbpedia/gru table2/dbpedia/full-rec-a20 table2/dbpedia/ps50-rec-a20 table2/dbpedia/ps40-rec-a20
+table4/shared-00 table4/shared-10 table4/shared-30 table4/shared-50 table4/shared-70 table4/shared-100
+fig3/mnist-h16""".split()
+
+
+def test_reference_file_has_the_contract_ids_and_the_papers_numbers():
+    ref = load_reference()
+    ids = [r["id"] for key in ("table2", "table4", "figures") for r in ref[key]]
+    assert ids == CONTRACT_IDS
+    t2 = {r["id"]: r for r in ref["table2"]}
+    assert [t2[i]["acc"] for i in CONTRACT_IDS[:5]] == [98.5, 98.8, 98.5, 98.8, 98.9]
+    assert t2["table2/cifar10/ps60-predrec-a10"]["params"] == 4_700_000
+    assert t2["table2/mnist/ps30-predrec-a40"]["tasks"] == ["pred", "rec"]
+    t4 = {r["shared"]: (r["acc"], r["main_loss"], r["aux_loss"]) for r in ref["table4"]}
+    assert t4[50] == (76.1, 0.865, 0.758) and t4[0] == (70.8, 1.523, None)
+    assert {r["id"]: (r["mnist"], r["cifar10"]) for r in ref["table3"]}["table3/paper"] == (98.9, 76.2)
+    # every Table 2 row agrees with itself: shared + private = 100, a GRU row has no task
+    for r in ref["table2"]:
+        assert (r["model"] == "gru") == (r["shared"] is None) == (not r["tasks"])
+        if r["shared"] is not None:
+            assert r["shared"] + r["private"] == 100 and (r["model"] == "full") == (r["shared"] == 100)
+
+
 # --- statistics -----------------------------------------------------------------------------
 
 
