@@ -64,3 +64,12 @@ def test_interrupted_atomic_path_leaves_target_untouched(tmp_path):
             raise KeyboardInterrupt
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["ckpt.pt"]
+
+
+def test_atomic_files_get_the_umask_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        files.write_text(tmp_path / "t.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.txt").stat().st_mode & 0o777 == 0o644
