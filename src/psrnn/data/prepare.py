@@ -26,6 +26,8 @@ The whole folder is written under a temporary name and renamed into place at the
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import shutil
 import sys
 import tempfile
@@ -71,7 +73,8 @@ NOTES = {
              "train/valid: seeded split of the kept official training reviews (train_size train, "
              "the rest valid; or valid_size valid, the rest train); test: kept official test reviews",
              "alphabet: index 0 = unknown, then the most frequent characters of the train split "
-             "(ties by code point); text kept as is (case, <br /> tags)"],
+             "(all of it, before a `train` cap; ties by code point); text kept as is (case, "
+             "<br /> tags)"],
     "dbpedia": ["text: '<title> <abstract>' (both stripped), lowercased when lowercase is true "
                 "(Zhang et al. 2015)",
                 "valid: valid_size rows drawn (seeded) from the official 560K training rows; "
@@ -253,9 +256,8 @@ def prepare_texts(raw: RawData, opts: dict[str, Any]) -> tuple[dict[str, dict], 
                 "test": {"before": len(raw.test), "kept": len(test)}}
     if len(test) == 0:
         raise ConfigError(f"prepare: no test text has >= {opts['min_chars']} characters")
-    g = torch.Generator().manual_seed(opts["seed"])
     train_idx, valid_idx = split_indices(len(train), valid_count(len(train), opts), opts["seed"])
-    test_idx = torch.randperm(len(test), generator=g.manual_seed(opts["seed"] + 1))
+    test_idx = torch.randperm(len(test), generator=torch.Generator().manual_seed(opts["seed"] + 1))
 
     def texts(split: RawSplit, idx: torch.Tensor) -> list[str]:
         out = [split.x[i] for i in idx.tolist()]
@@ -336,9 +338,14 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
     """Write the split files and manifest.json into a temporary folder, then rename it to `out_dir`."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the final folder follows the umask
     try:
         for split in SPLITS:
-            files.torch_save(tmp / f"{split}.pt", splits[split])
+            # saved through a buffer: torch.save names the archive's root folder after the
+            # file it writes to (here a random temporary name), so this keeps the bytes stable
+            buf = io.BytesIO()
+            torch.save(splits[split], buf)
+            files.write_bytes(tmp / f"{split}.pt", buf.getvalue())
         files.write_json(tmp / "manifest.json", manifest)
         old = None
         if out_dir.exists():
@@ -351,6 +358,12 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
             shutil.rmtree(old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --- command line ------------------------------------------------------------------------
