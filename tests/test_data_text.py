@@ -3,7 +3,6 @@
 import csv
 import io
 import tarfile
-from collections import Counter
 
 import pytest
 import torch
@@ -189,3 +188,14 @@ experiments:
     assert m["features"] == 40 and m["options"]["min_chars"] == 300
     assert m["options"]["train_size"] is None and m["counts"]["valid"] == 40
     assert main(["prepare", "mnist", "--config", "suite.yaml"]) == 2  # not in the config
+
+
+def test_text_split_is_seeded_and_bytes_are_stable(raw, tmp_path):
+    opts = {"valid_size": 60, "max_length": 300}
+    P.prepare("imdb", raw["imdb"], tmp_path / "a", opts)
+    P.prepare("imdb", raw["imdb"], tmp_path / "b", opts)
+    P.prepare("imdb", raw["imdb"], tmp_path / "c", {**opts, "seed": 3})
+    for name in ("train.pt", "valid.pt", "test.pt", "manifest.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    va, vc = load_split(tmp_path / "a", "valid"), load_split(tmp_path / "c", "valid")
+    assert len(va) == len(vc) == 60 and not torch.equal(va.x, vc.x)

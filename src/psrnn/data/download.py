@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import sys
 import time
 import urllib.error
@@ -150,7 +151,8 @@ def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
             if _transient_http(err):
                 raise TransientError(f"HTTP {err.code} {err.reason}") from None
             raise
-        except (TimeoutError, ConnectionError) as err:
+        except (TimeoutError, ConnectionError, http.client.HTTPException) as err:
+            # HTTPException: IncompleteRead and friends, a connection dropped mid-transfer
             raise TransientError(f"{type(err).__name__}: {err}") from None
         except urllib.error.URLError as err:
             if isinstance(err.reason, (TimeoutError, ConnectionError)):

@@ -1,6 +1,6 @@
 """Turn downloaded archives into prepared sequence tensors (the format in `psrnn.data`).
 
-    python -m psrnn prepare mnist --config config/paper.yaml   # data/paper/raw/mnist -> data/paper/prepared/mnist
+    python -m psrnn prepare mnist --config config/paper.yaml   # data/paper/raw/mnist -> .../prepared/mnist
     python -m psrnn prepare imdb --raw /tmp/raw/imdb --out /tmp/prep/imdb --set max_length=400
 
 What the paper's Table 1 describes, with our readings of its open points:
