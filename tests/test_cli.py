@@ -73,3 +73,14 @@ def test_atomic_files_get_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "t.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_torch_save_is_byte_stable(tmp_path):
+    import torch
+
+    obj = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 3}
+    files.torch_save(tmp_path / "a.pt", obj)
+    files.torch_save(tmp_path / "b.pt", obj)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    back = torch.load(tmp_path / "a.pt", weights_only=True)
+    assert torch.equal(back["w"], obj["w"]) and back["step"] == 3

@@ -56,10 +56,15 @@ def read_json(path: str | Path) -> Any:
 
 
 def torch_save(target: str | Path, obj: Any) -> None:
+    """torch.save, atomically and byte-stable: saving to a path records that (random
+    temporary) name inside the zip archive, so serialise in memory first."""
+    import io
+
     import torch
 
-    with atomic_path(target) as tmp:
-        torch.save(obj, tmp)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    write_bytes(target, buf.getvalue())
 
 
 def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
