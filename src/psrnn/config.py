@@ -61,7 +61,7 @@ class RunConfig:
     restart_mult: int = 2  # SGDR T_mult (each cycle this many times longer)
     batch_size: int = 128
     max_epochs: int = 200
-    patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs)
+    patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
     clip: float = 1.0  # max global gradient norm (0 = off)
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0

@@ -283,6 +283,16 @@ def grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Te
     Returns float64 arrays (T,) ce_shared, ce_private, aux_shared, aux_private and int64
     scalars shared_units, hidden.
     """
+    was_training = model.training
+    model.train()  # cuDNN computes RNN (decoder) gradients only in training mode; nothing here is random
+    try:
+        return _grad_norms(model, x, lengths, y, anchors, aux_weight)
+    finally:
+        model.train(was_training)
+
+
+def _grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Tensor,
+                anchors: torch.Tensor | None, aux_weight: float) -> dict[str, np.ndarray]:
     d, r = model.hidden, model.shared_units
     cell = nn.GRUCell(model.input_size, d).to(model.gru.weight_hh_l0.device)
     with torch.no_grad():

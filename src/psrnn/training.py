@@ -186,6 +186,25 @@ class Generators:
         return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1_000_003))
 
 
+def clip_gradients(params, max_norm: float) -> torch.Tensor:
+    """Global gradient L2 norm (0-dim, on the device); with max_norm > 0, gradients are
+    scaled so their norm is at most max_norm.
+
+    Unlike torch.nn.utils.clip_grad_norm_, the norm is accumulated in float64: exploding
+    RNN gradients can exceed float32's range when squared (~1e19) while every gradient is
+    still finite, and such a step must be clipped, not reported as non-finite. The norm is
+    inf/nan only when a gradient itself is.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads]))
+    if max_norm > 0:
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)  # no sync: stays on the device
+        for g in grads:
+            g.mul_(scale.to(g.dtype))
+    return norm
+
+
 def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched,
                 gens: Generators, device: torch.device, epoch: int,
                 on_step: StepHook | None = None, bar: bool = False) -> dict[str, float]:
@@ -214,15 +233,14 @@ def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched
         loss = ce + cfg.aux_weight * aux_mean
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        gnorm = (torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                 if cfg.clip > 0 else torch.zeros((), device=device))
+        gnorm = clip_gradients(model.parameters(), cfg.clip)
         if not bool(torch.isfinite(loss) & torch.isfinite(gnorm)):  # the step's one sync
             what = "loss" if not torch.isfinite(loss) else "gradient norm"
-            value = float(loss) if what == "loss" else float(gnorm)
+            value = float((loss if what == "loss" else gnorm).detach())
+            hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
             raise TrainingDiverged(
                 f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-                f"{len(batches)}; lower lr or set clip > 0 (last good checkpoint kept, "
-                f"no metrics written)")
+                f"{len(batches)}; {hint} (last good checkpoint kept, no metrics written)")
         opt.step()
         if sched is not None:
             sched.step(epoch - 1 + (step + 1) / len(batches))
@@ -381,11 +399,22 @@ def git_commit() -> str | None:
         return None
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     cuda = device.type == "cuda"
     return {
         "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine()),
+        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name(),
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda if cuda else None,
         "platform": platform.platform(),
