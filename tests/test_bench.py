@@ -284,3 +284,16 @@ def test_merge_keeps_sections_not_rerun_and_redoes_targets():
     assert {t["target"]: t["status"] for t in out["targets"]}["IMDB preparation of 50K reviews, time"] == "met"
     with pytest.raises(bench.UserError):
         bench.merge(_part(["train"], quick=True), new)
+
+
+def test_a_failing_section_is_recorded_and_the_rest_still_written(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no torchvision here")
+
+    monkeypatch.setattr(bench, "bench_prepare", broken)
+    assert main(["bench", "--quick", "--only", "prepare", "--out", str(tmp_path)]) == 0
+    [path] = tmp_path.glob("*.json")
+    r = json.loads(path.read_text())
+    assert r["errors"] == {"prepare": "RuntimeError: no torchvision here"} and "prepare" not in r
+    assert "**Section prepare failed:** RuntimeError: no torchvision here" in path.with_suffix(".md").read_text()
+    assert {t["target"]: t["status"] for t in r["targets"]}["IMDB prepared size on disk"] == "not measured"

@@ -974,6 +974,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{la['start']} / {la['end']}" for la in
                 [*result["load_average"].get("earlier_parts", []), result["load_average"]]) + "."]
     out += [f"Note: {n}" for n in result["notes"]]
+    out += [f"**Section {name} failed:** {msg}" for name, msg in result.get("errors", {}).items()]
     out += ["", "## Targets", "", table(
         ["target", "threshold", "measured", "status", "note"],
         [[t["target"], t["threshold"], "–" if t["measured"] is None else f"{t['measured']:.2f} {t['unit']}",
@@ -1140,6 +1141,8 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         *old.get("load_average", {}).get("earlier_parts", []),
         {k: v for k, v in old.get("load_average", {}).items() if k != "earlier_parts"}]}
     out["total_s"] = new["total_s"] + old.get("total_s", 0.0)
+    out["errors"] = {**{k: v for k, v in old.get("errors", {}).items() if k in kept},
+                     **new.get("errors", {})}
     out["targets"] = targets(out)
     return out
 
@@ -1193,30 +1196,44 @@ def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, secti
     }
     log(f"bench on {env['device_name']} ({env['device_slug']}), sections {', '.join(sections)}"
         + (" [quick]" if quick else ""))
+    suite = C.load_suite(config_path) if {"budget", "snakemake"} & set(sections) else None
     t_all = time.perf_counter()
-    if "train" in sections:
+
+    def do_train() -> None:
         result["train"] = bench_train(shapes, s, device, isolate, seq_len, log)
         result["ratios"] = ratios(result["train"])
-    if "options" in sections:
+
+    def do_options() -> None:
         shape = shapes[0]
         result["options"] = bench_options(shape, s, device, isolate, seq_len(shape), args.compile_cpu, log)
-    if "prepare" in sections:
+
+    def do_prepare() -> None:
         with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
-    if "budget" in sections:
-        suite = C.load_suite(config_path)
+
+    def do_budget() -> None:
         reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))
         b = bench_budget(suite, device, quick, budget_batch, reps, log, s.threads)
         unit = "GPU hours" if device.type == "cuda" else "CPU hours"
         b.update(config=str(config_path), unit=unit, device_name=env["device_name"])
         result["budget"] = b
         log(f"budget {config_path}: {b['total_hours']:.1f} {unit} on {env['device_name']}")
-    if "snakemake" in sections:
-        C.load_suite(config_path)  # a bad config is the user's error, not a slow dry run
+
+    def do_snakemake() -> None:
         sm = bench_snakemake(config_path)
         sm["paper"] = config_path.name == "paper.yaml"
         result["snakemake"] = sm
         log(f"snakemake -n {config_path}: {sm.get('seconds', 0):.1f}s ({sm['status']})")
+
+    steps = {"train": do_train, "options": do_options, "prepare": do_prepare,
+             "budget": do_budget, "snakemake": do_snakemake}
+    result["errors"] = {}
+    for name in sections:
+        try:
+            steps[name]()
+        except Exception as err:  # one broken section (e.g. a missing package) must not lose the others
+            result["errors"][name] = f"{type(err).__name__}: {str(err).strip()[:500]}"
+            log(f"{name}: failed: {result['errors'][name]}")
     result["load_average"]["end"] = load_average()
     result["total_s"] = time.perf_counter() - t_all
     result["targets"] = targets(result)
