@@ -42,11 +42,13 @@ DATA = str(C.data_root(CFG))
 # The jobs find the suite config through $PSRNN_CONFIG rather than a param: it says
 # where the settings live, not what they are (the params do), so two configs that
 # define the same runs (paper, paper-dbpedia) share their finished jobs. PYTHONPATH
-# makes the jobs run this checkout's code, also inside the container image.
+# makes the jobs run this checkout's code, also inside the container image. The config's
+# `job_env` (e.g. portable CPU numerics in config/small.yaml) goes to every job.
 shell.prefix(
     "set -euo pipefail; "
     f"export PSRNN_CONFIG='{W.shown(SUITE)}'; "
     f"export PYTHONPATH='{workflow.basedir}/src'${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    + W.job_env(CFG).replace("{", "{{").replace("}", "}}")
 )
 
 

@@ -103,6 +103,16 @@ def test_experiment_spec_changes_only_for_the_edited_experiment():
     assert len(points) == 2
 
 
+def test_job_env_is_exported_and_part_of_every_training_spec():
+    cfg = C.load_suite(SMALL)
+    assert W.job_env(cfg) == "export ATEN_CPU_CAPABILITY=default; export MKL_CBWR=COMPATIBLE; "
+    assert W.job_env({"job_env": {"A_B": "x y"}}) == "export A_B='x y'; "
+    assert W.job_env(C.load_suite(PAPER)) == ""
+    before = W.experiment_spec(cfg, "mnist_gru")
+    cfg["job_env"]["MKL_CBWR"] = "AUTO"
+    assert W.experiment_spec(cfg, "mnist_gru") != before  # numerics changed: re-train
+
+
 def test_train_resources_come_from_the_config():
     assert W.train_resources(C.load_suite(PAPER)) == {"gpu": 1, "mem_mb": 16000, "runtime": 2880}
     assert W.train_resources(C.load_suite(SMALL))["gpu"] == 0

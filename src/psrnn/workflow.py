@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -176,11 +177,13 @@ def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
 
 
 def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
-    """Everything a training job depends on besides its files, as stable JSON: defaults,
-    the experiment (grid included), the grid point, and its dataset's preparation.
+    """Everything a training job depends on besides its files, as stable JSON: the jobs'
+    environment, defaults, the experiment (grid included), the grid point, and its
+    dataset's preparation.
     A Snakemake param: editing one experiment re-runs that experiment only."""
     exp = cfg["experiments"][experiment]
     spec = {
+        "job_env": cfg.get("job_env", {}),
         "defaults": cfg.get("defaults", {}),
         "experiment": exp,
         "point": dict(C.grid_points(exp)).get(point) if point else None,
@@ -192,6 +195,11 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
 def train_resources(cfg: dict[str, Any]) -> dict[str, int]:
     """Snakemake resources of a training job: TRAIN_RESOURCES, then `resources.train`."""
     return {**TRAIN_RESOURCES, **((cfg.get("resources") or {}).get("train") or {})}
+
+
+def job_env(cfg: dict[str, Any]) -> str:
+    """Shell exports of the config's `job_env` (for the Snakefile's shell prefix)."""
+    return "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted((cfg.get("job_env") or {}).items()))
 
 
 def container(cfg: dict[str, Any]) -> str | None:
