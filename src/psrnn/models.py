@@ -17,10 +17,11 @@ Choices the sources leave open (stated so a reader can see them):
   sequence; for a ragged sequence too short for that, anywhere in [0, n), with the targets
   that fall outside [0, n) masked out of the loss.
 - A decoder with several layers starts every layer from h^s.
-- The decoders regress the model's input vectors with squared error (eq. 3.3): pixels,
-  one-hot characters (as the paper), or, with a learned embedding (DBpedia), the embedding
-  vectors *detached*, so the auxiliary loss cannot shrink its own targets by collapsing
-  the embedding towards zero.
+- The decoders read and regress the model's input vectors with squared error (eq. 3.3):
+  pixels, one-hot characters (as the paper), or, with a learned embedding (DBpedia), the
+  embedding vectors *detached* (as decoder inputs and targets), so the auxiliary loss
+  cannot shrink its own targets by collapsing the embedding towards zero; it still
+  shapes the embedding through h^s and the main GRU.
 - Decoder outputs are linear (no squashing): the squared error is on raw estimates.
 """
 

@@ -341,9 +341,9 @@ def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[st
             for k in keys if saved.get(k) != wanted.get(k)]
 
 
-def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators,
-              device: torch.device) -> RunState:
-    ckpt = torch.load(path, map_location=device, weights_only=True)
+def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators) -> RunState:
+    # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
     diff = config_differences(ckpt["config"], cfg.to_dict())
     if diff:
         raise UserError(f"{path} was written with a different config: {'; '.join(diff)}; "
@@ -354,9 +354,7 @@ def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Gene
         sched.load_state_dict(ckpt["scheduler"])
     set_rng_state(ckpt["rng"], gens)
     st = RunState(**ckpt["state"])
-    if st.best_model is not None:
-        st.best_model = {k: v.cpu() for k, v in st.best_model.items()}
-    st.captures = {int(k): v.cpu() for k, v in st.captures.items()}
+    st.captures = {int(k): v for k, v in st.captures.items()}
     return st
 
 
@@ -452,7 +450,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
     if last_path.is_file():
-        st = load_last(last_path, cfg, model, opt, sched, gens, device)
+        st = load_last(last_path, cfg, model, opt, sched, gens)
         log(f"resuming {out_dir} after epoch {st.epoch}")
     else:
         st = RunState()
