@@ -66,7 +66,7 @@ class RunConfig:
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
-    capture_epochs: tuple[int, ...] = ()  # epochs whose start records h_1..h_n (Figure 3); 0 = before training
+    capture_epochs: tuple[int, ...] = ()  # record h_1..h_n after these many training epochs (Figure 3); 0 = at initialisation
     capture_samples: int = 1  # how many test sequences are recorded
     progress: str = "auto"  # "auto" (bar on a terminal, plain lines otherwise) | "bar" | "plain"
 
