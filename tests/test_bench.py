@@ -184,6 +184,22 @@ def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
     assert a["epoch_s"] == pytest.approx(500 * 3.136 + 100 * 1.568)
 
 
+def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+
+    def fake(spec, isolate):  # wall clock inflated 3x by other processes
+        return {"status": "ok", "step_ms": {"min": 300.0}, "step_cpu_ms": {"min": 100.0},
+                "eval_batch_ms": 10.0}
+
+    monkeypatch.setattr(bench, "run_measurement", fake)
+    kw = dict(device=torch.device("cpu"), quick=False, batch_cap=None, repeats=(1, 1), log=lambda m: None)
+    one = bench.bench_budget(_suite(), threads=1, **kw)
+    two = bench.bench_budget(_suite(), threads=2, **kw)
+    assert one["experiments"][0]["step_ms"] == pytest.approx(100.0)
+    assert two["experiments"][0]["step_ms"] == pytest.approx(300.0)
+    assert "process CPU time" in one["method"] and "wall clock" in two["method"]
+
+
 # --- memory --------------------------------------------------------------------------------
 
 
