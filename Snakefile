@@ -55,6 +55,12 @@ shell.prefix(
 container: W.container(CFG)
 
 
+# On a cluster these run where Snakemake runs (the login node): downloads need the
+# internet, which compute nodes often lack; the paper needs the host's LaTeX; the rest
+# are seconds of work not worth a queue slot.
+localrules: all, fixtures, download, select, paper
+
+
 wildcard_constraints:
     dataset="|".join(C.DATASETS),
     experiment="[A-Za-z0-9_]+",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -199,7 +198,8 @@ def train_resources(cfg: dict[str, Any]) -> dict[str, int]:
 
 def job_env(cfg: dict[str, Any]) -> str:
     """Shell exports of the config's `job_env` (for the Snakefile's shell prefix)."""
-    return "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted((cfg.get("job_env") or {}).items()))
+    env = sorted((cfg.get("job_env") or {}).items())
+    return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env)
 
 
 def container(cfg: dict[str, Any]) -> str | None:
