@@ -5,6 +5,7 @@ asserted: the machine running the tests is not the one the numbers are for."""
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -313,3 +314,13 @@ def test_a_failing_section_is_recorded_and_the_rest_still_written(tmp_path, monk
     assert r["errors"] == {"prepare": "RuntimeError: no torchvision here"} and "prepare" not in r
     assert "**Section prepare failed:** RuntimeError: no torchvision here" in path.with_suffix(".md").read_text()
     assert {t["target"]: t["status"] for t in r["targets"]}["IMDB prepared size on disk"] == "not measured"
+
+
+def test_budget_sizes_without_prepare_fall_back_to_the_papers_table1(monkeypatch):
+    assert bench.split_sizes("cifar10", {"valid_size": 5000}, None)[:2] == (45_000, 5_000)
+    assert bench.split_sizes("mnist", {}, {"counts": {"train": 7, "valid": 3}}) == (7, 3, "prepared manifest")
+    monkeypatch.setitem(sys.modules, "psrnn.data.prepare", None)  # e.g. no torchvision on a GPU box
+    train, valid, source = bench.split_sizes("cifar10", {"valid_size": 5000}, None)
+    assert (train, valid) == (45_000, 15_000) and source.startswith("paper Table 1")
+    lengths, _ = bench.text_lengths("imdb", {}, None, np.random.default_rng(0))
+    assert lengths.min() >= 500

@@ -666,18 +666,29 @@ DBPEDIA_LOGN = (5.6, 0.45)
 DBPEDIA_CLIP = (10, 3_000)
 
 
-def split_sizes(dataset: str, opts: dict[str, Any], manifest: dict[str, Any] | None) -> tuple[int, int]:
-    """(train, valid) sequences per epoch: the prepared manifest's counts when there is one,
-    else what `prepare` would cut from the official set with these options."""
-    if manifest is not None:
-        return int(manifest["counts"]["train"]), int(manifest["counts"]["valid"])
-    from psrnn.data.prepare import resolve_options, valid_count
+def paper_table1(dataset: str) -> dict[str, Any]:
+    """The paper's Table 1 row of a dataset (config/reference.yaml)."""
+    ref = C.load_yaml(C.ROOT / "config" / "reference.yaml")
+    return next(row for row in ref["table1"] if row["dataset"] == dataset)
 
+
+def split_sizes(dataset: str, opts: dict[str, Any],
+                manifest: dict[str, Any] | None) -> tuple[int, int, str]:
+    """(train, valid, source): sequences per epoch from the prepared manifest when there is
+    one, else what `prepare` would cut from the official set with these options, else
+    (prepare not importable, e.g. no torchvision on a bare GPU box) the paper's Table 1."""
+    if manifest is not None:
+        return int(manifest["counts"]["train"]), int(manifest["counts"]["valid"]), "prepared manifest"
+    try:
+        from psrnn.data.prepare import resolve_options, valid_count
+    except ImportError as err:
+        row = paper_table1(dataset)
+        return int(row["train"]), int(row["valid"]), f"paper Table 1 (prepare not importable: {err})"
     o = resolve_options(dataset, opts)
     n = OFFICIAL_TRAIN[dataset]
     n_valid = valid_count(n, o)
     train, valid = n - n_valid, n_valid
-    return min(train, o["train"] or train), min(valid, o["valid"] or valid)
+    return min(train, o["train"] or train), min(valid, o["valid"] or valid), "official dataset sizes"
 
 
 def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
@@ -687,9 +698,13 @@ def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
     if prepared is not None and (prepared / "train.pt").is_file():
         d = torch.load(prepared / "train.pt", map_location="cpu", weights_only=True)
         return (d["offsets"][1:] - d["offsets"][:-1]).numpy(), f"prepared data ({prepared})"
-    from psrnn.data.prepare import resolve_options
+    try:
+        from psrnn.data.prepare import resolve_options
 
-    o = resolve_options(dataset, opts)
+        o = resolve_options(dataset, opts)
+    except ImportError:  # the paper's filter (IMDB >= 500 characters), no cut
+        o = {"min_chars": opts.get("min_chars", 500 if dataset == "imdb" else 0),
+             "max_length": opts.get("max_length")}
     if dataset == "imdb":
         lengths, source = imdb_lengths(200_000, rng), "IMDB length model (log-normal, bench.IMDB_LOGN)"
     else:
@@ -724,7 +739,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
         manifest = None
         if manifest_path.is_file():
             manifest = read_json(manifest_path)
-        train_n, valid_n = split_sizes(ds, opts, manifest)
+        train_n, valid_n, sizes_source = split_sizes(ds, opts, manifest)
         points = C.grid_points(exp) if C.has_grid(suite, name) else [(None, {})]
         for pid, _ in points:
             cfg = C.resolve_run(suite, name, suite["seeds"][0], point=pid)
@@ -743,7 +758,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                 kind = "categorical"
             rows.append({
                 "experiment": name, "point": pid, "dataset": ds, "enabled": ds in enabled,
-                "sizes_source": "prepared manifest" if manifest else "official dataset sizes",
+                "sizes_source": sizes_source,
                 "seq_len": seq_len, "length_source": length_source, "features": features,
                 "input": kind, "hidden": cfg.hidden, "shared": cfg.shared,
                 "shared_units": cfg.shared_units if cfg.has_aux else 0,
