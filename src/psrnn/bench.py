@@ -1,8 +1,9 @@
 """`python -m psrnn bench`: training speed and memory, data preparation, compute budget.
 
     python -m psrnn bench                          # everything -> results/bench/<device>.json + .md
-    python -m psrnn bench --quick                  # tiny shapes, seconds -> results/bench/quick/
+    python -m psrnn bench --quick                  # tiny shapes, ~20 s -> results/bench/quick/
     python -m psrnn bench --only train --shapes mnist --repeats 3
+    python -m psrnn bench --only budget --merge    # redo one section, keep the others' numbers
     PYTHONPATH=src python -m psrnn bench --device cuda   # on a GPU machine, no install
 
 Sections (`--only`, comma separated):
@@ -10,22 +11,26 @@ Sections (`--only`, comma separated):
             itself) at the paper's shapes for the plain GRU (the floor: nn.GRU + linear
             head), full share, private/shared 50 %, and the slow reference
             `psrnn.naive.NaivePSRNN`; step time (warm-up, then median/min/max of repeats),
-            samples/s, peak memory; ratios aux overhead (variant / GRU) and vectorised
-            speed-up (naive / ours)
-  options   bf16 autocast (GPU), torch.compile of the decoders, batch size 64 / 256
+            process CPU time, samples/s, peak memory; ratios aux overhead (variant / GRU)
+            and vectorised speed-up (naive / ours)
+  options   bf16 autocast (GPU), torch.compile of the decoders (CPU with --compile-cpu),
+            batch size 64 / 256
   prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
             (60K + 10K), run the real `prepare` on them: time and disk size
   budget    device hours of the whole paper config (experiments x seeds x grid points x
-            max_epochs cap) from measured step times at each experiment's shapes
+            max_epochs cap) from measured step times at each experiment's shapes (GPU: at
+            the full length; CPU: two shorter lengths, extrapolated, batch 32 scaled)
   snakemake wall time of `snakemake -n` on the paper config
-Each target of the project is reported as met / not met / not measured.
+Each target of the project is reported as met / not met / not measured; a section that
+fails is recorded in the output ("errors") and the others still run.
 
 Memory: on CUDA, torch.cuda.max_memory_allocated growth over the allocation before the
 first step (exact, allocator view). On CPU, growth of the process's peak resident set
 (VmHWM, reset through /proc/self/clear_refs) over the RSS before the first step; in a
 fresh process per measurement unless --isolate off (then later measurements can reuse
 memory freed by earlier ones and read low). Data loading is not timed apart: the step
-includes `SequenceSplit.batch` as training does (synthetic data in memory).
+includes `SequenceSplit.batch` as training does (synthetic data in memory). On a CPU
+shared with other jobs use --threads 1 and read the process CPU times.
 """
 
 from __future__ import annotations
