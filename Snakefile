@@ -12,11 +12,16 @@
 # before any job starts.
 #
 # When jobs re-run: the run settings of each job are a `params` value (psrnn.workflow's
-# dataset_spec / experiment_spec), so editing one experiment in the config re-runs that
-# experiment only. File inputs produced upstream are `ancient()`: a checkout by git or
-# DVC rewrites mtimes, which must not re-train anything; a job that re-runs still makes
-# its consumers re-run (Snakemake propagates re-runs through the DAG). Code changes
-# under src/ are not tracked by Snakemake; `dvc repro` (dvc.yaml) re-runs on them.
+# dataset_spec / experiment_spec, which include the dataset's preparation), so editing
+# one experiment in the config re-runs that experiment only, and editing a dataset
+# re-runs its download, preparation and training. The inputs of the expensive jobs
+# (download, prepare, search, train) are `ancient()`: a checkout by git or DVC rewrites
+# mtimes, which must not re-train anything (and an ancient input that exists never
+# triggers its consumer, hence the params). The cheap, deterministic jobs (select,
+# compile, paper) follow mtimes as usual, so they always see re-run upstream jobs.
+# A deleted run's metrics.json is redone, with compile and paper, because every run is
+# a target of `rule all`. Code changes under src/ are not tracked by Snakemake;
+# `dvc repro` (dvc.yaml) re-runs on them.
 
 import os
 
@@ -149,7 +154,7 @@ rule search:
 rule select:
     """The experiment's grid point with the best validation accuracy -> selected.json."""
     input:
-        lambda w: [ancient(f) for f in W.search_metrics(CFG, w.experiment)],
+        lambda w: W.search_metrics(CFG, w.experiment),
     output:
         f"{RESULTS}/search/{{experiment}}/selected.json",
     params:
@@ -189,7 +194,8 @@ rule train:
 rule compile:
     """Tables 1-4 (csv, md, tex), figures, REPORT.md and the summary metrics.json."""
     input:
-        runs=[ancient(f) for f in W.final_metrics(CFG)],
+        runs=W.final_metrics(CFG),
+        manifests=W.manifests(CFG),
         reference=workflow.source_path("config/reference.yaml"),
     output:
         W.compile_outputs(CFG),
@@ -206,8 +212,8 @@ rule paper:
     figures; build.json says whether it was built (the config's `latex:` decides whether
     a missing latexmk is an error or a skip)."""
     input:
-        ancient(W.compile_report(CFG)),
-        ancient(W.compile_metrics(CFG)),
+        report=W.compile_report(CFG),
+        metrics=W.compile_metrics(CFG),
         tex=workflow.source_path("paper/main.tex"),
     output:
         W.paper_status(CFG),

@@ -128,9 +128,25 @@ def paper_status(cfg: dict[str, Any]) -> str:
     return f"{C.results_root(cfg)}/paper/build.json"
 
 
+def run_targets(cfg: dict[str, Any]) -> list[str]:
+    """Every training run's metrics.json and every selection: search points, then final runs."""
+    files = []
+    for exp in C.enabled_experiments(cfg):
+        if C.has_grid(cfg, exp):
+            files += [*search_metrics(cfg, exp), selection(cfg, exp)]
+    return files + final_metrics(cfg)
+
+
 def targets(cfg: dict[str, Any]) -> list[str]:
-    """`rule all`: the compiled artefacts and the paper."""
-    return [*compile_outputs(cfg), paper_status(cfg)]
+    """`rule all`: every run, the compiled artefacts and the paper.
+
+    The runs are listed although compile already needs them: Snakemake 9 does not redo a
+    job whose output went missing while everything downstream is up to date, so only a
+    run that is itself a target is redone (with what depends on it) after its
+    metrics.json is deleted. Data files are deliberately not targets: deleting the
+    prepared data once training is done frees disk space and re-runs nothing.
+    """
+    return [*run_targets(cfg), *compile_outputs(cfg), paper_status(cfg)]
 
 
 def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
@@ -139,11 +155,12 @@ def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
     files = list(fixture_files(cfg))
     for ds in C.enabled_datasets(cfg):
         files += [download_marker(cfg, ds), *prepared_files(cfg, ds)]
-    for exp in C.enabled_experiments(cfg):
-        if C.has_grid(cfg, exp):
-            files += [*search_metrics(cfg, exp), selection(cfg, exp)]
-    files += final_metrics(cfg)
     return files + targets(cfg)
+
+
+def manifests(cfg: dict[str, Any]) -> list[str]:
+    """The prepared datasets' manifests (compile's Table 1 reads them)."""
+    return [manifest(cfg, ds) for ds in C.enabled_datasets(cfg)]
 
 
 # --- job inputs and parameters -------------------------------------------------------------
