@@ -142,12 +142,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {name}: CUDA is not available here (use --device cpu or auto)")
-    return torch.device(name)
 
 
 def device_label(device: torch.device) -> tuple[str, str]:
@@ -1179,6 +1173,8 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psrnn.training import pick_device  # one device rule for training and bench
+
     device = pick_device(args.device)
     sections = parse_list(args.only, SECTIONS, "section")
     shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]

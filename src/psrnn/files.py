@@ -15,6 +15,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def current_umask() -> int:
+    """The process umask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `target`; on success it replaces `target`."""
@@ -24,9 +31,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     # mkstemp creates 0600; give the final file the usual umask-based mode.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)
+    os.chmod(tmp_path, 0o666 & ~current_umask())
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:

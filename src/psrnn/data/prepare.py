@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import shutil
 import sys
 import tempfile
@@ -338,7 +337,7 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
     """Write the split files and manifest.json into a temporary folder, then rename it to `out_dir`."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the final folder follows the umask
+    tmp.chmod(0o777 & ~files.current_umask())  # mkdtemp makes it private; the final folder follows the umask
     try:
         for split in SPLITS:
             # saved through a buffer: torch.save names the archive's root folder after the
@@ -358,12 +357,6 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
             shutil.rmtree(old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # --- command line ------------------------------------------------------------------------
