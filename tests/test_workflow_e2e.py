@@ -124,7 +124,7 @@ def test_a_killed_workflow_finishes_with_nothing_lost(workdir):
     """Kill Snakemake and its jobs (SIGKILL, as a crash would) while training runs are
     redone, unlock, start again: the runs finished before are untouched, the rest
     complete, and every metric is again exactly the expected one."""
-    redo = ["cifar10_shared_50", "mnist_fig3_h16"]
+    redo = ["mnist_fig3_h16"]  # with imdb_gru seed1 (deleted above): 3 runs to redo
     for exp in redo:
         for seed in CFG["seeds"]:
             (workdir / W.run_metrics(CFG, exp, seed)).unlink()
