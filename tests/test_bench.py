@@ -18,14 +18,6 @@ from psrnn.models import build_model, sample_anchors
 from psrnn.naive import NaivePSRNN
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared CPU: one thread is steadier (and much faster under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 # --- the naive reference is the same model -------------------------------------------------
 

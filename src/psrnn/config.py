@@ -235,6 +235,14 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> dic
     return validate_suite(cfg, source=str(path))
 
 
+def dataset_options(path: str | Path, dataset: str, section: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(suite config, a copy of `datasets.<dataset>.<section>`) for the data commands."""
+    cfg = load_suite(path)
+    if dataset not in cfg["datasets"]:
+        raise ConfigError(f"{path}: dataset {dataset!r} is not listed under datasets")
+    return cfg, dict(cfg["datasets"][dataset].get(section) or {})
+
+
 def enabled_datasets(cfg: dict[str, Any]) -> list[str]:
     return [d for d, opts in cfg["datasets"].items() if opts.get("enabled", True)]
 

@@ -242,10 +242,7 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     if args.config:
         from psrnn import config as C
 
-        cfg = C.load_suite(args.config)
-        if args.dataset not in cfg["datasets"]:
-            raise UserError(f"{args.config}: dataset {args.dataset!r} is not listed under datasets")
-        opts = dict(cfg["datasets"][args.dataset].get("source") or {})
+        cfg, opts = C.dataset_options(args.config, args.dataset, "source")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
     if raw is None:
         raise UserError("give --config <suite.yaml> or --raw <folder>")

@@ -379,10 +379,7 @@ def run(args: argparse.Namespace) -> int:
     raw = Path(args.raw) if args.raw else None
     out = Path(args.out) if args.out else None
     if args.config:
-        cfg = C.load_suite(args.config)
-        if args.dataset not in cfg["datasets"]:
-            raise UserError(f"{args.config}: dataset {args.dataset!r} is not listed under datasets")
-        opts = dict(cfg["datasets"][args.dataset].get("prepare") or {})
+        cfg, opts = C.dataset_options(args.config, args.dataset, "prepare")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
         out = out or C.data_root(cfg) / "prepared" / args.dataset
     if raw is None or out is None:
