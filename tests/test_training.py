@@ -180,6 +180,70 @@ def test_text_run_with_embedding_and_mlp_head(tmp_path):
     assert g["ce_private"].shape == (longest,)
 
 
+# --- batch order -------------------------------------------------------------------------
+
+
+def padded_steps(batches: list[torch.Tensor], lengths: torch.Tensor) -> int:
+    """Steps the main GRU runs in an epoch: every batch is padded to its longest sequence."""
+    return sum(int(lengths[b].max()) * len(b) for b in batches)
+
+
+def test_batch_order_buckets_text_by_length_and_leaves_images_alone():
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    lengths = torch.from_numpy(np.random.default_rng(0).lognormal(7.0, 0.6, 1000).astype(np.int64))
+    plain = training.batch_order(lengths, 32, 0, gen())
+    assert [b.tolist() for b in plain] == [b.tolist() for b in torch.randperm(1000, generator=gen()).split(32)]
+    bucketed = training.batch_order(lengths, 32, 8, gen())
+    assert sorted(torch.cat(bucketed).tolist()) == list(range(1000))  # every sequence once
+    assert sorted(len(b) for b in bucketed) == sorted(len(b) for b in plain) == [8] + [32] * 31
+    # each pool of 8 batches (256 sequences) is sorted: batches hold similar lengths
+    useful = int(lengths.sum())
+    assert padded_steps(plain, lengths) / useful > 2.5  # 2.87
+    assert padded_steps(bucketed, lengths) / useful < 1.4  # 1.30
+    whole = training.batch_order(lengths, 32, 32, gen())  # one pool: the whole epoch sorted
+    assert padded_steps(whole, lengths) / useful < 1.1  # 1.07
+    # the order of batches is shuffled, not longest-last within a pool
+    first_pool = torch.randperm(1000, generator=gen())[:256]
+    pool_batches = [b for b in bucketed if set(b.tolist()) <= set(first_pool.tolist())]
+    assert len(pool_batches) == 8
+    positions = [next(i for i, b in enumerate(bucketed) if b is pb) for pb in pool_batches]
+    assert positions != list(range(min(positions), min(positions) + 8))
+    assert [b.tolist() for b in training.batch_order(lengths, 32, 8, gen())] == [b.tolist() for b in bucketed]
+    # images: one length, nothing to sort, the same batches as bucket 0
+    same = torch.full((1000,), 784)
+    assert ([b.tolist() for b in training.batch_order(same, 32, 8, gen())]
+            == [b.tolist() for b in plain])
+
+
+def test_bucketed_text_run_is_deterministic_and_differs_from_random_batches(tmp_path):
+    data = write_text(tmp_path / "data", sizes=(64, 8, 8))
+    cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=2, bucket=2)
+    a = training.train(cfg, tmp_path / "a", log=quiet)
+    b = training.train(cfg, tmp_path / "b", log=quiet)
+    assert stable(a) == stable(b) and a["config"]["bucket"] == 2
+    c = training.train(dataclasses.replace(cfg, bucket=0), tmp_path / "c", log=quiet)
+    assert stable_history(tmp_path / "c") != stable_history(tmp_path / "a")
+
+
+def test_evaluation_does_not_depend_on_the_order_of_the_split(tmp_path):
+    from psrnn.data import SequenceSplit, load_split
+    from psrnn.models import build_model
+
+    data = write_text(tmp_path / "data", sizes=(8, 8, 40))
+    cfg = small_cfg(data, dataset="imdb", window=4, shared=0.0)  # no aux: no anchors drawn
+    split = load_split(data, "test")
+    model = build_model(cfg, "categorical", 6, 2)
+    perm = torch.randperm(len(split), generator=torch.Generator().manual_seed(1))
+    rows = [split.x[split.offsets[i]:split.offsets[i + 1]] for i in perm.tolist()]
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = torch.tensor([len(r) for r in rows]).cumsum(0)
+    shuffled = SequenceSplit(x=torch.cat(rows), y=split.y[perm], offsets=offsets, categorical=True)
+    a = training.evaluate(model, split, cfg, torch.device("cpu"))
+    b = training.evaluate(model, shuffled, cfg, torch.device("cpu"))
+    assert a["acc"] == b["acc"] and a["main_loss"] == pytest.approx(b["main_loss"], rel=1e-6)
+    assert 0 < a["main_loss"] < 10
+
+
 # --- determinism and resume --------------------------------------------------------------
 
 
@@ -263,6 +327,29 @@ def test_checkpoint_with_another_config_is_an_error_naming_the_keys(tmp_path):
     # the progress display is not part of what is computed
     m = training.train(dataclasses.replace(cfg, progress="auto"), tmp_path / "run", log=quiet)
     assert m["epochs_run"] == 3
+
+
+def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(tmp_path):
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, max_epochs=3)
+    with pytest.raises(Interrupt):
+        training.train(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+    # a checkpoint from before a setting existed: the missing setting counts as its default
+    ckpt = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
+    del ckpt["config"]["bucket"]
+    torch.save(ckpt, tmp_path / "run" / "ckpt_last.pt")
+    assert training.config_differences(ckpt["config"], cfg.to_dict()) == []
+    assert training.config_differences(ckpt["config"], {**cfg.to_dict(), "bucket": 4}) == [
+        "bucket (checkpoint 0, requested 4)"]
+    # what Snakemake does after the config changed: the job reruns and starts over
+    changed = dataclasses.replace(cfg, lr=0.2)
+    logs: list[str] = []
+    m = training.train(changed, tmp_path / "run", log=logs.append, restart_on_change=True)
+    assert any(line.startswith("starting over: ") and "lr (checkpoint 0.1, requested 0.2)" in line
+               for line in logs)
+    fresh = training.train(changed, tmp_path / "fresh", log=quiet)
+    assert stable(m) == stable(fresh) and m["epochs_run"] == 3
+    assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
 
 
 # --- failure and stopping rules ----------------------------------------------------------
@@ -432,3 +519,29 @@ def test_cli_flat_run_config_and_user_errors(tmp_path, monkeypatch, capsys):
     assert "--experiment is required" in err(["train", "--config", suite])
     assert "unknown grid point 'hidden-9'" in err(["train", "--config", suite, "--experiment",
                                                    "tiny_ps", "--point", "hidden-9"])
+
+
+def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
+    import subprocess
+
+    from psrnn import config as C
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    (tmp_path / "notes.md").write_text("a\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    monkeypatch.setattr(C, "ROOT", tmp_path)
+    head = git("rev-parse", "HEAD")
+    assert training.git_commit() == head
+    (tmp_path / "notes.md").write_text("b\n")  # outside src/ and config/: no effect on numbers
+    assert training.git_commit() == head
+    (tmp_path / "src" / "m.py").write_text("x = 2\n")
+    assert training.git_commit() == head + "+dirty"
+    monkeypatch.setattr(C, "ROOT", tmp_path / "elsewhere")
+    assert training.git_commit() is None

@@ -13,8 +13,8 @@ Sections (`--only`, comma separated):
             `psrnn.naive.NaivePSRNN`; step time (warm-up, then median/min/max of repeats),
             process CPU time, samples/s, peak memory; ratios aux overhead (variant / GRU)
             and vectorised speed-up (naive / ours)
-  options   bf16 autocast (GPU), torch.compile of the decoders (CPU with --compile-cpu),
-            batch size 64 / 256
+  options   bf16 autocast (torch.autocast on the device, cuda or cpu), torch.compile of
+            the decoders (CPU with --compile-cpu), batch size 64 / 256
   prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
             (60K + 10K), run the real `prepare` on them: time and disk size
   budget    device hours of the whole paper config (experiments x seeds x grid points x
@@ -457,9 +457,8 @@ def bench_options(shape: Shape, s: Settings, device: torch.device, isolate: bool
         rows.append(record(shape, variant, spec, res, option=option, value=value))
         log(f"option {option}={value} {variant:6s} {_fmt_step(res)}")
 
-    cpu_skip = "GPU only" if device.type != "cuda" else None
-    for variant in ("gru", "ps50"):
-        measure(variant, "amp", "bf16", skip=cpu_skip, amp="bf16")
+    for variant in ("gru", "ps50"):  # CPU autocast too: bf16 matmuls where the CPU has them
+        measure(variant, "amp", "bf16", amp="bf16")
     compile_skip = None if device.type == "cuda" or compile_on_cpu else "CPU: pass --compile-cpu"
     for variant in ("full", "ps50"):
         # more warm-up: the first calls compile
@@ -716,11 +715,21 @@ def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
     return lengths, source
 
 
-def padded_length(lengths: np.ndarray, batch: int, rng: np.random.Generator, draws: int = 400) -> int:
-    """Mean padded length of a random batch: training pads each batch to its longest text,
-    and the main GRU runs over all of it."""
-    picks = rng.choice(lengths, size=(draws, batch), replace=True)  # (draws, B)
-    return int(round(picks.max(axis=1).mean()))
+def padded_length(lengths: np.ndarray, batch: int, bucket: int, n: int, seed: int = 0,
+                  epochs: int = 3) -> int:
+    """Mean padded length of a training batch: training pads each batch to its longest text
+    and the main GRU runs over all of it. Simulated with training's own batch order
+    (`training.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
+    from `lengths`."""
+    from psrnn.training import batch_order
+
+    rng = np.random.default_rng(seed)
+    maxima = []
+    for epoch in range(epochs):
+        sample = torch.from_numpy(rng.choice(lengths, size=n, replace=True))  # (n,)
+        for b in batch_order(sample, batch, bucket, torch.Generator().manual_seed(seed + epoch)):
+            maxima.append(int(sample[b].max()))
+    return int(round(float(np.mean(maxima))))
 
 
 def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
@@ -728,7 +737,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     droot = C.data_root(suite)
     rows = []
-    cache: dict[tuple[str, int], tuple[int, str]] = {}
+    cache: dict[tuple[str, int, int], tuple[int, str]] = {}
     enabled = set(C.enabled_datasets(suite))
     for name, exp in suite["experiments"].items():
         ds = exp["dataset"]
@@ -747,10 +756,10 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                 seq_len, features, kind = side * side, IMAGE_FEATURES[ds], "continuous"
                 length_source = "image size"
             else:
-                key = (ds, cfg.batch_size)
+                key = (ds, cfg.batch_size, cfg.bucket)
                 if key not in cache:
                     lengths, src = text_lengths(ds, opts, prepared, rng)
-                    cache[key] = (padded_length(lengths, cfg.batch_size, rng), src)
+                    cache[key] = (padded_length(lengths, cfg.batch_size, cfg.bucket, train_n), src)
                 seq_len, length_source = cache[key]
                 features = manifest["features"] if manifest else opts.get(
                     "alphabet_size", 60 if ds == "imdb" else 70)
@@ -892,7 +901,9 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
                        + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
                          "every run to its max_epochs cap (early stopping only shortens it); "
                          "search = every grid point once (first seed), final = seeds x the "
-                         "slowest grid point; text padded to each batch's longest sequence")}
+                         "slowest grid point; text padded to each batch's longest sequence (batches as "
+                         "training draws them, bucketed where the config says so: seq_len is the "
+                         "mean padded length)")}
 
 
 # --- targets -------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class RunConfig:
     restart_epochs: int = 10  # SGDR T_0 (epochs until the first restart)
     restart_mult: int = 2  # SGDR T_mult (each cycle this many times longer)
     batch_size: int = 128
+    bucket: int = 0  # text: sort each pool of this many random batches by length, so a batch pads to near its own length (batch order stays random); 0 = plain random batches
     max_epochs: int = 200
     patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
     clip: float = 1.0  # max global gradient norm (0 = off)

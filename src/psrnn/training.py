@@ -20,7 +20,9 @@ Protocol: SGD with warm restarts (CosineAnnealingWarmRestarts stepped every batc
 fractional epoch; paper) or Adam at a constant rate; gradient clipping; early stopping on
 validation accuracy with `patience` (0 = off). A run restarted with the same command
 continues from ckpt_last.pt and, on CPU, ends with exactly the metrics of an uninterrupted
-run. Validation and test use anchors from a fixed-seed generator, so auxiliary losses are
+run. A checkpoint written with other settings is an error, or with --restart-on-change
+(the workflow's rules pass it: a changed config reruns the job) is set aside and the run
+starts over. Validation and test use anchors from a fixed-seed generator, so auxiliary losses are
 comparable across epochs and runs.
 """
 
@@ -65,6 +67,10 @@ class TrainingDiverged(UserError):
     """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written."""
 
 
+class ConfigChanged(UserError):
+    """ckpt_last.pt was written with other run settings than the ones requested."""
+
+
 # --- command line ------------------------------------------------------------------------
 
 
@@ -77,6 +83,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run setting (YAML value), e.g. --set lr=0.1; repeatable")
     p.add_argument("--out", help="run directory (default from the suite config's path conventions)")
+    p.add_argument("--restart-on-change", action="store_true",
+                   help="start over when the run directory's checkpoint was written with other "
+                        "settings (default: that is an error); Snakemake's rules pass it")
 
 
 def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str, Any]]:
@@ -123,7 +132,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
 
 def run(args: argparse.Namespace) -> int:
     cfg, out, meta = resolve_args(args)
-    metrics = train(cfg, out, meta)
+    metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change)
     print(f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
           f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}")
     return 0
@@ -205,6 +214,30 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     return norm
 
 
+def batch_order(lengths: torch.Tensor, batch_size: int, bucket: int,
+                generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch's batches of sequence indices, in a seeded random order.
+
+    bucket 0: a random permutation cut into batches. bucket k > 0 (for text, where every
+    batch is padded to its longest sequence): the permutation is cut into pools of k
+    batches, each pool is sorted by length (stable) and cut into batches, and the batches
+    of all pools are shuffled. A batch then holds sequences of similar length, so little
+    of it is padding (IMDB at batch 128, pools of 50: mean padded length ~1.7K instead of
+    ~6K steps; tests/test_bench.py), while each pool is still a random draw. Sequences of one
+    length (images) have nothing to sort: bucket is then the same as 0. torch's samplers
+    have no length-bucketing sampler, hence this one.
+    """
+    order = torch.randperm(len(lengths), generator=generator)  # (N,)
+    if bucket <= 0 or len(lengths) == 0 or bool((lengths == lengths[0]).all()):
+        return list(order.split(batch_size))
+    batches = []
+    for pool in order.split(batch_size * bucket):
+        by_length = pool[torch.argsort(lengths[pool], stable=True)]
+        batches.extend(by_length.split(batch_size))
+    shuffle = torch.randperm(len(batches), generator=generator)
+    return [batches[i] for i in shuffle.tolist()]
+
+
 def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched,
                 gens: Generators, device: torch.device, epoch: int,
                 on_step: StepHook | None = None, bar: bool = False) -> dict[str, float]:
@@ -214,8 +247,7 @@ def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched
     """
     model.train()
     n = len(split)
-    order = torch.randperm(n, generator=gens.shuffle)
-    batches = order.split(cfg.batch_size)
+    batches = batch_order(split.lengths, cfg.batch_size, cfg.bucket, gens.shuffle)
     lr = opt.param_groups[0]["lr"]
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
     steps = range(len(batches))
@@ -261,7 +293,10 @@ def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig,
     model.eval()
     gen = torch.Generator().manual_seed(EVAL_ANCHOR_SEED)
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
-    for idx in torch.arange(len(split)).split(cfg.batch_size):
+    # by length: metrics do not depend on the order, and ragged text pads least this way
+    ragged = split.offsets is not None
+    order = torch.argsort(split.lengths, stable=True) if ragged else torch.arange(len(split))
+    for idx in order.split(cfg.batch_size):
         x, lengths, y = split.batch(idx)
         anchors = draw_anchors(model, cfg, lengths, gen)
         x, y = x.to(device), y.to(device)
@@ -335,7 +370,9 @@ def save_last(path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sch
 
 
 def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside)."""
+    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside).
+    A setting the checkpoint lacks (added to RunConfig later) counts as its default."""
+    saved = {**C.RunConfig().to_dict(), **saved}
     keys = sorted((set(saved) | set(wanted)) - set(RESUME_EXEMPT))
     return [f"{k} (checkpoint {saved.get(k)!r}, requested {wanted.get(k)!r})"
             for k in keys if saved.get(k) != wanted.get(k)]
@@ -346,8 +383,9 @@ def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Gene
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     diff = config_differences(ckpt["config"], cfg.to_dict())
     if diff:
-        raise UserError(f"{path} was written with a different config: {'; '.join(diff)}; "
-                        f"delete {path.parent} to start this run over")
+        raise ConfigChanged(f"{path} was written with a different config: {'; '.join(diff)}; "
+                            f"delete {path.parent} or pass --restart-on-change to start this "
+                            f"run over")
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     if sched is not None:
@@ -389,10 +427,15 @@ def capture_arrays(split: SequenceSplit, st: RunState, count: int, shared_units:
 
 
 def git_commit() -> str | None:
+    """HEAD of the checkout the code runs from, "+dirty" when src/ or config/ differ from it
+    (the numbers then come from uncommitted code); None outside git."""
+    git = ["git", "-C", str(C.ROOT)]
     try:
-        out = subprocess.run(["git", "-C", str(C.ROOT), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True)
-        return out.stdout.strip() or None
+        out = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True)
+        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "src", "config"],
+                               capture_output=True, timeout=10).returncode == 1
+        return (out.stdout.strip() + ("+dirty" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -425,11 +468,13 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = None,
-          on_step: StepHook | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+          on_step: StepHook | None = None, log: Callable[[str], None] | None = None,
+          restart_on_change: bool = False) -> dict[str, Any]:
     """Train (or resume, or return) one run; returns its metrics (also in metrics.json).
 
     meta: experiment, config_name, point for metrics.json. on_step: called after every
-    optimizer step (tests use it to interrupt a run).
+    optimizer step (tests use it to interrupt a run). restart_on_change: a checkpoint of
+    other settings is set aside (overwritten at the first epoch's end) instead of an error.
     """
     out_dir = Path(out_dir)
     log = log or (lambda msg: print(msg, flush=True))
@@ -449,10 +494,16 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
                         int(manifest["num_classes"])).to(device)
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
+    st = None
     if last_path.is_file():
-        st = load_last(last_path, cfg, model, opt, sched, gens)
-        log(f"resuming {out_dir} after epoch {st.epoch}")
-    else:
+        try:
+            st = load_last(last_path, cfg, model, opt, sched, gens)
+            log(f"resuming {out_dir} after epoch {st.epoch}")
+        except ConfigChanged as err:
+            if not restart_on_change:
+                raise
+            log(f"starting over: {str(err).split('; delete ')[0]}")
+    if st is None:
         st = RunState()
         if 0 in cfg.capture_epochs:  # the state at initialisation
             st.captures[0] = capture(model, splits["test"], cfg.capture_samples, device)
