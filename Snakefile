@@ -14,11 +14,14 @@
 # When jobs re-run: the run settings of each job are a `params` value (psrnn.workflow's
 # dataset_spec / experiment_spec, which include the dataset's preparation), so editing
 # one experiment in the config re-runs that experiment only, and editing a dataset
-# re-runs its download, preparation and training. The inputs of the expensive jobs
-# (download, prepare, search, train) are `ancient()`: a checkout by git or DVC rewrites
-# mtimes, which must not re-train anything (and an ancient input that exists never
-# triggers its consumer, hence the params). The cheap, deterministic jobs (select,
-# compile, paper) follow mtimes as usual, so they always see re-run upstream jobs.
+# re-runs its download, preparation and training, in one invocation. The inputs of the
+# expensive jobs (download, prepare, search, train) are `ancient()`: a checkout by git or
+# DVC rewrites mtimes, which must not re-train anything (and an ancient input that exists
+# never triggers its consumer, hence the params). download.json, manifest.json and
+# selected.json are ancient only while the settings digest stamped in them matches the
+# config (current_or_plain; psrnn.workflow explains the Snakemake behaviour this avoids).
+# The cheap, deterministic jobs (select, compile, paper) follow mtimes as usual, so they
+# always see re-run upstream jobs.
 # A deleted run's metrics.json is redone, with compile and paper, because every run is
 # a target of `rule all`. Code changes under src/ are not tracked by Snakemake;
 # `dvc repro` (dvc.yaml) re-runs on them.
@@ -58,6 +61,18 @@ shell.prefix(
 
 
 container: W.container(CFG)
+
+
+def current_or_plain(path, stamp):
+    """ancient(path) while the file matches the config (a checkout's new mtime re-runs
+    nothing), a plain input when its job is about to remake it (see the header)."""
+    return ancient(path) if W.is_current(path, stamp) else path
+
+
+def train_inputs(experiment):
+    """W.train_inputs (the prepared data, the grid search's choice), each current_or_plain."""
+    stamps = W.train_input_stamps(CFG, experiment)
+    return {k: current_or_plain(v, stamps[k]) for k, v in W.train_inputs(CFG, experiment).items()}
 
 
 # On a cluster these run where Snakemake runs (the login node): downloads need the
@@ -113,7 +128,7 @@ rule download:
 rule prepare:
     """Archives -> train/valid/test tensors + manifest.json (manifest written last)."""
     input:
-        ancient(f"{DATA}/raw/{{dataset}}/download.json"),
+        lambda w: current_or_plain(W.download_marker(CFG, w.dataset), W.dataset_stamp(CFG, w.dataset)),
     output:
         expand(f"{DATA}/prepared/{{{{dataset}}}}/{{name}}", name=W.SPLIT_FILES),
     params:
@@ -131,7 +146,7 @@ rule prepare:
 rule search:
     """One grid point of an experiment, trained with the first seed."""
     input:
-        data=lambda w: ancient(W.manifest(CFG, W.experiment_dataset(CFG, w.experiment))),
+        data=lambda w: train_inputs(w.experiment)["data"],
     output:
         f"{RESULTS}/search/{{experiment}}/{{point}}/metrics.json",
     params:
@@ -148,7 +163,7 @@ rule search:
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {params.seed} --point {wildcards.point} "
-        "--out {params.out} > {log} 2>&1"
+        "--out {params.out} --restart-on-change > {log} 2>&1"
 
 
 rule select:
@@ -171,7 +186,7 @@ rule select:
 rule train:
     """One final run (experiment x seed), with the selected grid point if there is a grid."""
     input:
-        unpack(lambda w: {k: ancient(v) for k, v in W.train_inputs(CFG, w.experiment).items()}),
+        unpack(lambda w: train_inputs(w.experiment)),
     output:
         f"{RESULTS}/runs/{{experiment}}/seed{{seed}}/metrics.json",
     params:
@@ -188,7 +203,7 @@ rule train:
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
-        "--out {params.out} > {log} 2>&1"
+        "--out {params.out} --restart-on-change > {log} 2>&1"
 
 
 rule compile:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from psrnn import config as C
 from psrnn import files
+from psrnn import workflow as W
 from psrnn.cli import UserError, main
 from psrnn.data import download as D
 from psrnn.data.fixtures import write_fixtures
@@ -196,7 +198,11 @@ experiments:
   g: {{dataset: mnist, shared: 0.0}}
 """)
     assert main(["download", "mnist", "--config", "suite.yaml"]) == 0
-    assert (tmp_path / "data/t/raw/mnist/download.json").is_file()
+    marker = tmp_path / "data/t/raw/mnist/download.json"
+    cfg = C.load_suite(tmp_path / "suite.yaml")
+    assert W.is_current(marker, W.dataset_stamp(cfg, "mnist"))  # made as the config says
+    assert main(["download", "mnist", "--config", "suite.yaml", "--retries", "2"]) == 0
+    assert not W.is_current(marker, W.dataset_stamp(cfg, "mnist"))  # a flag overrode it
     capsys.readouterr()
     assert main(["download", "imdb", "--raw", "r", "--mirror", str(fx / "imdb"), "--no-official"]) == 2
     err = capsys.readouterr().err.strip().splitlines()  # progress lines, then the error

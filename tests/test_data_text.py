@@ -7,6 +7,8 @@ import tarfile
 import pytest
 import torch
 
+from psrnn import config as C
+from psrnn import workflow as W
 from psrnn.cli import UserError, main
 from psrnn.config import ConfigError
 from psrnn.data import load_split, read_manifest
@@ -187,6 +189,14 @@ experiments:
     m = read_manifest(tmp_path / "data/t/prepared/imdb")
     assert m["features"] == 40 and m["options"]["min_chars"] == 300
     assert m["options"]["train_size"] is None and m["counts"]["valid"] == 40
+    # stamped with the config's settings, which a Snakemake job compares (psrnn.workflow)
+    manifest = tmp_path / "data/t/prepared/imdb/manifest.json"
+    cfg = C.load_suite(tmp_path / "suite.yaml")
+    assert W.is_current(manifest, W.dataset_stamp(cfg, "imdb"))
+    cfg["datasets"]["imdb"]["prepare"]["max_length"] = 300
+    assert not W.is_current(manifest, W.dataset_stamp(cfg, "imdb"))
+    assert main(["prepare", "imdb", "--config", "suite.yaml", "--set", "max_length=300"]) == 0
+    assert W.SPEC_KEY not in read_manifest(tmp_path / "data/t/prepared/imdb")  # not the config's
     assert main(["prepare", "mnist", "--config", "suite.yaml"]) == 2  # not in the config
 
 

@@ -89,6 +89,31 @@ def test_train_inputs_add_the_selection_only_for_grids():
         "selected": "results/small/search/mnist_ps30_predrec_a4/selected.json"}
 
 
+def test_an_input_is_current_while_its_stamp_matches_the_config(tmp_path):
+    cfg = C.validate_suite(json.loads(json.dumps(TINY)))
+    stamp = W.dataset_stamp(cfg, "mnist")
+    path = tmp_path / "manifest.json"
+    assert W.is_current(path, stamp)  # missing: its job runs anyway
+    path.write_text(json.dumps({"counts": {}, **stamp}))
+    assert W.is_current(path, stamp)
+    path.write_text(json.dumps({"counts": {}}))  # made before stamps, or by hand
+    assert not W.is_current(path, stamp)
+    path.write_text("{not json")
+    assert not W.is_current(path, stamp)
+    # what changes the stamps: the dataset's settings; an experiment's for its selection
+    edited = json.loads(json.dumps(TINY))
+    edited["datasets"]["mnist"]["prepare"]["downsample"] = 14
+    other = C.validate_suite(edited)
+    assert W.dataset_stamp(other, "mnist") != stamp
+    assert W.train_input_stamps(other, "ps")["selected"] != W.train_input_stamps(cfg, "ps")["selected"]
+    edited = json.loads(json.dumps(TINY))
+    edited["experiments"]["base"]["hidden"] = 5
+    other = C.validate_suite(edited)
+    assert W.dataset_stamp(other, "mnist") == stamp
+    assert W.train_input_stamps(other, "ps") == W.train_input_stamps(cfg, "ps")
+    assert set(W.train_input_stamps(cfg, "base")) == {"data"}
+
+
 def test_experiment_spec_changes_only_for_the_edited_experiment():
     cfg = C.load_suite(SMALL)
     before = {e: W.experiment_spec(cfg, e) for e in cfg["experiments"]}
@@ -166,6 +191,8 @@ def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
     assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 0
     rec = json.loads((tmp_path / "results/tiny/search/ps/selected.json").read_text())
     assert rec["point"] == "lr-0.01" and rec["overrides"] == {"lr": 0.01}
+    selected = tmp_path / "results/tiny/search/ps/selected.json"
+    assert W.is_current(selected, W.train_input_stamps(C.load_suite(suite), "ps")["selected"])
     # the final run's settings are the selected point's
     run = C.resolve_run(C.load_suite(suite), "ps", 1, selected=rec["overrides"])
     assert run.lr == 0.01 and run.seed == 1

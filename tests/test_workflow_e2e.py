@@ -30,14 +30,15 @@ CFG = C.load_suite(SMALL)
 RESULTS = C.results_root(CFG)
 
 
-def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+def snakemake_cmd(workdir: Path, *args: str, config: Path = SMALL) -> list[str]:
     return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-            str(workdir), "--configfile", str(SMALL), "--cores", "2", *args]
+            str(workdir), "--configfile", str(config), "--cores", "2", *args]
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_cmd(workdir, *args), cwd=workdir, capture_output=True,
-                          text=True, timeout=timeout)
+def snakemake(workdir: Path, *args: str, timeout: int = 1200,
+              config: Path = SMALL) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_cmd(workdir, *args, config=config), cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def psrnn(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -93,6 +94,32 @@ def test_a_second_run_has_nothing_to_do(workdir):
     res = snakemake(workdir, "-n")
     assert res.returncode == 0, res.stderr
     assert "Nothing to be done" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("edit, expected", [
+    # a dataset's preparation: its download and preparation, and every run on it
+    (("datasets", "dbpedia", "prepare", "max_length", 90),
+     {"download": 1, "prepare": 1, "train": 4, "compile": 1, "paper": 1, "all": 1}),
+    # an experiment with a grid: its search, the selection and its final runs
+    (("experiments", "mnist_ps30_predrec_a4", "window", 8),
+     {"search": 2, "select": 1, "train": 2, "compile": 1, "paper": 1, "all": 1}),
+], ids=["dataset", "grid-experiment"])
+def test_an_edited_config_reruns_exactly_what_it_changes_in_one_invocation(workdir, edit, expected):
+    """Also where an upstream job re-runs: its consumers must not wait for a second
+    invocation (psrnn.workflow, 'which inputs may be ancient()')."""
+    import yaml
+
+    cfg = yaml.safe_load(SMALL.read_text())
+    *keys, last, value = edit
+    node = cfg
+    for k in keys:
+        node = node[k]
+    node[last] = value
+    edited = workdir / "edited.yaml"
+    edited.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(workdir, "-n", "--quiet", "rules", config=edited)
+    assert res.returncode == 0, res.stderr
+    assert job_counts(res.stdout) == expected
 
 
 def test_deleting_one_run_redoes_that_run_and_what_depends_on_it(workdir):

@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if not C.has_grid(cfg, args.experiment):
         raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
     points = C.grid_points(cfg["experiments"][args.experiment])
+    from psrnn import workflow as W
+
     record = select(args.experiment, points, read_search(cfg, args.experiment))
+    record.update(W.selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
     write_json(out, record)
     for c in record["candidates"]:

@@ -19,6 +19,7 @@ validated here and handed to every `python -m psrnn` command.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -206,6 +207,55 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
     return json.dumps(spec, sort_keys=True)
+
+
+# --- which inputs may be ancient() -------------------------------------------------------
+#
+# Snakemake does not re-run a job whose params changed when, in the same invocation, a job
+# upstream of it re-runs and every file between them is ancient(): the upstream job masks
+# the downstream one's own checks, and ancient() files do not pass the re-run on
+# (snakemake/snakemake#4166, seen with 9.27). Editing a dataset's preparation would
+# re-prepare it but train on the new data only at the next invocation. So the jobs
+# that write download.json, manifest.json and selected.json stamp them with a digest of
+# the settings they were made with (SPEC_KEY), and the Snakefile marks such a file
+# ancient() only while its stamp matches the config: a file about to be remade is a plain
+# input, and its re-run reaches everything downstream.
+
+SPEC_KEY = "workflow_spec"
+
+
+def spec_digest(spec: str) -> str:
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def dataset_stamp(cfg: dict[str, Any], dataset: str) -> dict[str, str]:
+    """What download and prepare (run from a suite config) record in their outputs."""
+    return {SPEC_KEY: spec_digest(dataset_spec(cfg, dataset))}
+
+
+def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
+    """What select records in selected.json."""
+    return {SPEC_KEY: spec_digest(experiment_spec(cfg, experiment))}
+
+
+def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, str]]:
+    """The stamp each of train_inputs' files carries while it matches the config."""
+    stamps = {"data": dataset_stamp(cfg, experiment_dataset(cfg, experiment))}
+    if C.has_grid(cfg, experiment):
+        stamps["selected"] = selection_stamp(cfg, experiment)
+    return stamps
+
+
+def is_current(path: str | Path, stamp: dict[str, str]) -> bool:
+    """True when `path` is missing (its job runs anyway) or was written with `stamp`."""
+    path = Path(path)
+    if not path.is_file():
+        return True
+    try:
+        recorded = json.loads(path.read_text()).get(SPEC_KEY)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return recorded == stamp[SPEC_KEY]
 
 
 def train_resources(cfg: dict[str, Any]) -> dict[str, int]:

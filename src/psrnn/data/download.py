@@ -168,12 +168,13 @@ def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
 
 
 def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = None,
-             log: Log = _stderr) -> dict[str, Any]:
+             log: Log = _stderr, stamp: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fetch every upstream file of `dataset` into `raw_dir`; write and return download.json.
 
     `opts` is the suite config's `datasets.<dataset>.source` (all keys optional):
     mirrors, official (default true), local_dir, verify (default true), md5, retries.
-    Files already present with the right checksum are kept.
+    Files already present with the right checksum are kept. `stamp`: extra keys for
+    download.json (the workflow's settings digest, psrnn.workflow.dataset_stamp).
     """
     opts = dict(opts or {})
     src = source(dataset)
@@ -184,7 +185,7 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
     # a failed run must not leave the marker of an earlier complete one behind
     (raw_dir / MARKER).unlink(missing_ok=True)
     record: dict[str, Any] = {"dataset": dataset, "verified": verify, "files": {},
-                              "psrnn_version": __version__}
+                              "psrnn_version": __version__, **(stamp or {})}
     for name in src.files:
         target = raw_dir / name
         want = expected[name] if verify else None
@@ -235,15 +236,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, help="attempts per URL on network errors")
 
 
-def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """(raw folder, source options) from --config and the explicit flags."""
+def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """(raw folder, source options, stamp for download.json) from --config and the flags;
+    the stamp is the config's settings digest when no flag changes what the config says."""
     opts: dict[str, Any] = {}
+    stamp: dict[str, Any] = {}
     raw = Path(args.raw) if args.raw else None
     if args.config:
         from psrnn import config as C
+        from psrnn import workflow as W
 
         cfg, opts = C.dataset_options(args.config, args.dataset, "source")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
+        flags = (args.mirror, args.local_dir, args.md5, args.retries, args.no_official, args.no_verify)
+        if not any(flags):
+            stamp = W.dataset_stamp(cfg, args.dataset)
     if raw is None:
         raise UserError("give --config <suite.yaml> or --raw <folder>")
     opts["mirrors"] = list(opts.get("mirrors") or []) + args.mirror
@@ -254,13 +261,13 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         opts["official"] = False
     if args.no_verify:
         opts["verify"] = False
-    return raw, opts
+    return raw, opts, stamp
 
 
 def run(args: argparse.Namespace) -> int:
     source(args.dataset)
-    raw, opts = source_options(args)
-    record = download(args.dataset, raw, opts)
+    raw, opts, stamp = source_options(args)
+    record = download(args.dataset, raw, opts, stamp=stamp)
     total = sum(f["bytes"] for f in record["files"].values())
     print(f"{args.dataset}: {len(record['files'])} file(s), {total / 1e6:.1f} MB in {raw}")
     return 0

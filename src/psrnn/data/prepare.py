@@ -300,8 +300,10 @@ def source_md5s(dataset: str, raw_dir: Path) -> dict[str, str]:
 
 
 def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
-            options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Read `raw_dir`, split/filter/encode, write `out_dir` atomically; return the manifest."""
+            options: dict[str, Any] | None = None,
+            stamp: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read `raw_dir`, split/filter/encode, write `out_dir` atomically; return the manifest.
+    `stamp`: extra manifest keys (the workflow's settings digest, workflow.dataset_stamp)."""
     opts = resolve_options(dataset, options)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     sources = source_md5s(dataset, raw_dir)
@@ -327,6 +329,7 @@ def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
         "split_seed": opts["seed"],
         "notes": NOTES[dataset],
         "psrnn_version": __version__,
+        **(stamp or {}),
     }
     write_prepared(out_dir, splits, manifest)
     return manifest
@@ -374,18 +377,22 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psrnn import config as C
+    from psrnn import workflow as W
 
     opts: dict[str, Any] = {}
+    stamp: dict[str, Any] = {}
     raw = Path(args.raw) if args.raw else None
     out = Path(args.out) if args.out else None
     if args.config:
         cfg, opts = C.dataset_options(args.config, args.dataset, "prepare")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
         out = out or C.data_root(cfg) / "prepared" / args.dataset
+        if not args.set:  # made exactly as the config says
+            stamp = W.dataset_stamp(cfg, args.dataset)
     if raw is None or out is None:
         raise UserError("give --config <suite.yaml>, or both --raw <folder> and --out <folder>")
     opts.update(C.parse_set(args.set))
-    m = prepare(args.dataset, raw, out, opts)
+    m = prepare(args.dataset, raw, out, opts, stamp=stamp)
     counts = ", ".join(f"{s} {m['counts'][s]}" for s in SPLITS)
     mean = m["length"]["train"]["mean"]
     print(f"{args.dataset}: {counts}; {m['num_classes']} classes; mean length {mean:g} "
