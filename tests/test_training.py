@@ -352,6 +352,25 @@ def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(
     assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
 
 
+def test_a_checkpoint_is_resumed_only_on_the_same_prepared_data(tmp_path):
+    """What Snakemake does after a dataset's preparation changed: the run's settings are
+    the same, but its data are not; the finished run must be trained again, not resumed."""
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, max_epochs=2)
+    training.train(cfg, tmp_path / "run", log=quiet)
+    (tmp_path / "run" / "metrics.json").unlink()  # Snakemake removes a job's output first
+    write_images(tmp_path / "data", T=16, seed=1)
+    write_manifest(data, input="continuous", features=1, num_classes=3, scale=255, seed=1)
+    with pytest.raises(training.ConfigChanged, match=r"prepared data \(checkpoint's manifest.json md5 [0-9a-f]{32}, now [0-9a-f]{32}\)"):
+        training.train(cfg, tmp_path / "run", log=quiet)
+    logs: list[str] = []
+    m = training.train(cfg, tmp_path / "run", log=logs.append, restart_on_change=True)
+    assert any(line.startswith("starting over: ") for line in logs)
+    fresh = training.train(cfg, tmp_path / "fresh", log=quiet)
+    assert stable(m) == stable(fresh)
+    assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
+
+
 # --- failure and stopping rules ----------------------------------------------------------
 
 

@@ -20,10 +20,11 @@ Protocol: SGD with warm restarts (CosineAnnealingWarmRestarts stepped every batc
 fractional epoch; paper) or Adam at a constant rate; gradient clipping; early stopping on
 validation accuracy with `patience` (0 = off). A run restarted with the same command
 continues from ckpt_last.pt and, on CPU, ends with exactly the metrics of an uninterrupted
-run. A checkpoint written with other settings is an error, or with --restart-on-change
-(the workflow's rules pass it: a changed config reruns the job) is set aside and the run
-starts over. Validation and test use anchors from a fixed-seed generator, so auxiliary losses are
-comparable across epochs and runs.
+run. A checkpoint written with other settings or on other prepared data (manifest.json
+md5) is an error, or with --restart-on-change (the workflow's rules pass it: a changed
+config re-runs the job) is set aside and the run starts over. Validation and test use
+anchors from a fixed-seed generator, so auxiliary losses are comparable across epochs
+and runs.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from psrnn import __version__
 from psrnn import config as C
 from psrnn.cli import UserError
 from psrnn.data import SequenceSplit, load_split, read_manifest
-from psrnn.files import read_json, torch_save, write_bytes, write_json, write_text
+from psrnn.files import md5sum, read_json, torch_save, write_bytes, write_json, write_text
 from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
 
 EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
@@ -358,10 +359,17 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
     gens.anchors.set_state(state["anchors"])
 
 
+def data_identity(cfg: C.RunConfig) -> str:
+    """md5 of the prepared dataset's manifest.json: it records the sources' md5s, the
+    preparation options and the resulting counts and lengths, so re-prepared data with
+    other settings has another identity (a checkpoint is only resumed on the same data)."""
+    return md5sum(Path(cfg.data_dir) / "manifest.json")
+
+
 def save_last(path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sched,
-              gens: Generators) -> None:
+              gens: Generators, data: str) -> None:
     torch_save(path, {
-        "config": cfg.to_dict(), "psrnn_version": __version__,
+        "config": cfg.to_dict(), "data_manifest_md5": data, "psrnn_version": __version__,
         "model": model.state_dict(), "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict() if sched is not None else None,
         "rng": rng_state(gens),
@@ -378,10 +386,14 @@ def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[st
             for k in keys if saved.get(k) != wanted.get(k)]
 
 
-def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators) -> RunState:
+def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators,
+              data: str) -> RunState:
     # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     diff = config_differences(ckpt["config"], cfg.to_dict())
+    saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
+    if saved_data is not None and saved_data != data:
+        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
     if diff:
         raise ConfigChanged(f"{path} was written with a different config: {'; '.join(diff)}; "
                             f"delete {path.parent} or pass --restart-on-change to start this "
@@ -487,6 +499,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     session_start = time.perf_counter()
     device = pick_device(cfg.device)
     manifest = read_manifest(cfg.data_dir)
+    data = data_identity(cfg)
     splits = {s: load_split(cfg.data_dir, s) for s in ("train", "valid", "test")}
 
     seed_everything(cfg.seed, device)
@@ -497,7 +510,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     st = None
     if last_path.is_file():
         try:
-            st = load_last(last_path, cfg, model, opt, sched, gens)
+            st = load_last(last_path, cfg, model, opt, sched, gens, data)
             log(f"resuming {out_dir} after epoch {st.epoch}")
         except ConfigChanged as err:
             if not restart_on_change:
@@ -543,7 +556,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
         st.wall_time_s += time.perf_counter() - session_start
         session_start = time.perf_counter()
         write_text(out_dir / "history.csv", history_csv(st.history))
-        save_last(last_path, cfg, st, model, opt, sched, gens)
+        save_last(last_path, cfg, st, model, opt, sched, gens, data)
         log(f"epoch {epoch}/{cfg.max_epochs} lr {row['lr']:.4g} | train ce {row['train_main_loss']:.4f} "
             f"aux {row['train_aux_loss']:.4f} acc {row['train_acc']:.4f} | valid ce "
             f"{row['valid_main_loss']:.4f} aux {row['valid_aux_loss']:.4f} acc {row['valid_acc']:.4f} "
