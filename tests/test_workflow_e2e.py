@@ -1,6 +1,7 @@
 """The small config through Snakemake, for real (no containers), in a scratch directory:
 every stage runs, the metrics match tests/expected/small.json, a second run does nothing,
-a deleted run is redone alone, and a workflow killed mid-run finishes with nothing lost.
+an edited config re-runs what it changes (in one invocation), a deleted run is redone
+alone, and a workflow killed mid-run finishes with nothing lost.
 
     uv run --frozen pytest tests/test_workflow_e2e.py      # a few minutes on 2 CPU cores
 
@@ -182,3 +183,27 @@ def test_a_killed_workflow_finishes_with_nothing_lost(workdir):
     res = psrnn(workdir, "check", "--config", str(SMALL))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+
+def test_an_edited_dataset_is_prepared_and_trained_on_again_in_one_run(workdir):
+    """For real this time (the dry runs above only list the jobs): re-prepared DBpedia, its
+    four runs trained again from scratch on it, nothing else touched."""
+    import yaml
+
+    cfg = yaml.safe_load(SMALL.read_text())
+    cfg["datasets"]["dbpedia"]["prepare"]["max_length"] = 90
+    edited = workdir / "edited.yaml"
+    edited.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    before = mtimes(workdir)
+    res = snakemake(workdir, config=edited)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
+    after = mtimes(workdir)
+    redone = sorted(f for f in before if after[f] != before[f])
+    assert redone == sorted(W.run_metrics(CFG, e, s) for e in ("dbpedia_gru", "dbpedia_ps50_rec_a20")
+                            for s in CFG["seeds"])
+    manifest = json.loads((workdir / W.manifest(CFG, "dbpedia")).read_text())
+    assert manifest["length"]["train"]["max"] == 90
+    for f in redone:
+        log = (workdir / RESULTS / "logs" / "train" / Path(f).parent.relative_to(RESULTS / "runs")).with_suffix(".log")
+        assert "starting over: " in log.read_text() and "prepared data" in log.read_text()
+    assert "Nothing to be done" in snakemake(workdir, "-n", config=edited).stdout
