@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn import workflow as W
 from psrnn.cli import UserError
 from psrnn.files import read_json, write_json
 
@@ -74,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
     if not C.has_grid(cfg, args.experiment):
         raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
     points = C.grid_points(cfg["experiments"][args.experiment])
-    from psrnn import workflow as W
-
     record = select(args.experiment, points, read_search(cfg, args.experiment))
     record.update(W.selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
