@@ -69,7 +69,13 @@ class TrainingDiverged(UserError):
 
 
 class ConfigChanged(UserError):
-    """ckpt_last.pt was written with other run settings than the ones requested."""
+    """ckpt_last.pt was written with other run settings (or data) than the ones requested;
+    `differences` lists them, one 'key (checkpoint X, requested Y)' each."""
+
+    def __init__(self, path: Path, differences: list[str]):
+        self.path, self.differences = path, differences
+        super().__init__(f"{path} was written with a different config: {'; '.join(differences)}; "
+                         f"delete {path.parent} or pass --restart-on-change to start this run over")
 
 
 # --- command line ------------------------------------------------------------------------
@@ -395,9 +401,7 @@ def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Gene
     if saved_data is not None and saved_data != data:
         diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
     if diff:
-        raise ConfigChanged(f"{path} was written with a different config: {'; '.join(diff)}; "
-                            f"delete {path.parent} or pass --restart-on-change to start this "
-                            f"run over")
+        raise ConfigChanged(path, diff)
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     if sched is not None:
@@ -515,7 +519,8 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
         except ConfigChanged as err:
             if not restart_on_change:
                 raise
-            log(f"starting over: {str(err).split('; delete ')[0]}")
+            log(f"starting over: {err.path} was written with a different config: "
+                f"{'; '.join(err.differences)}")
     if st is None:
         st = RunState()
         if 0 in cfg.capture_epochs:  # the state at initialisation
