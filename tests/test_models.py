@@ -364,3 +364,58 @@ def test_hidden_states_match_encoder_and_are_zero_after_the_end():
     torch.testing.assert_close(states[1], H[1])
     torch.testing.assert_close(states[0, :12], H[0, :12])
     assert torch.count_nonzero(states[0, 12:]) == 0
+
+
+# --- initialisation (models.init_recurrent) ----------------------------------------------
+
+
+def test_orthogonal_init_makes_each_recurrent_gate_block_orthogonal_and_biases_zero():
+    torch.manual_seed(0)
+    model = build_model(cfg_(init="orthogonal", hidden=16), "continuous", 1, 10, steps=196)
+    d = 16
+    for block in model.gru.weight_hh_l0.detach().split(d):  # gates r, z, n: (d, d) each
+        assert torch.allclose(block @ block.T, torch.eye(d), atol=1e-5)
+    assert model.gru.bias_ih_l0.abs().max() == 0 and model.gru.bias_hh_l0.abs().max() == 0
+
+
+def test_chrono_init_sets_only_the_update_gate_bias_to_log_uniform_1_to_T():
+    torch.manual_seed(0)
+    d, T = 256, 196
+    model = build_model(cfg_(init="chrono", hidden=d), "continuous", 1, 10, steps=T)
+    b = model.gru.bias_ih_l0.detach()
+    r, z, n = b.split(d)
+    assert r.abs().max() == 0 and n.abs().max() == 0 and model.gru.bias_hh_l0.abs().max() == 0
+    # log U(1, T - 1): between 0 and log(195) = 5.27, spread over the range
+    assert 0 <= float(z.min()) and float(z.max()) <= torch.log(torch.tensor(T - 1.0))
+    # exp(b) is uniform on [1, T - 1]: its mean is near T / 2 (d = 256 draws)
+    assert 0.4 * T < float(torch.exp(z).mean()) < 0.6 * T
+    # z = sigmoid(b) near 1 keeps h_{t-1}: the mean memory exp(b) spans 1 .. T steps
+    assert 1.0 <= float(torch.exp(z).min()) and float(torch.exp(z).max()) <= T - 1
+    # decoders keep PyTorch's init (uniform +-1/sqrt(r)), never orthogonal/zero biases
+    dec = model.decoders["rec"].gru
+    assert dec.bias_ih_l0.abs().max() > 0
+
+
+def test_torch_init_is_pytorchs_default_and_init_is_part_of_the_random_stream():
+    torch.manual_seed(0)
+    plain = build_model(cfg_(init="torch"), "continuous", 1, 10)
+    torch.manual_seed(0)
+    ref = nn.GRU(1, 12, batch_first=True)
+    assert torch.equal(plain.gru.weight_hh_l0, ref.weight_hh_l0)
+    torch.manual_seed(0)
+    a = build_model(cfg_(init="chrono"), "continuous", 1, 10, steps=50)
+    torch.manual_seed(0)
+    b = build_model(cfg_(init="chrono"), "continuous", 1, 10, steps=50)
+    assert torch.equal(a.gru.weight_hh_l0, b.gru.weight_hh_l0)  # seeded: same init
+    assert torch.equal(a.gru.bias_ih_l0, b.gru.bias_ih_l0)
+
+
+def test_unknown_init_is_named():
+    with pytest.raises(ConfigError, match="init='xavier'"):
+        from psrnn.config import check_run
+        check_run(cfg_(init="xavier"))
+
+
+def test_parameter_counts_do_not_depend_on_the_init():
+    assert param_counts(cfg_(init="chrono"), "continuous", 1, 10) == \
+        param_counts(cfg_(init="torch"), "continuous", 1, 10)

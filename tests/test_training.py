@@ -564,3 +564,27 @@ def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
     assert training.git_commit() == head + "+dirty"
     monkeypatch.setattr(C, "ROOT", tmp_path / "elsewhere")
     assert training.git_commit() is None
+
+
+def test_adamwr_is_adamw_under_the_sgdr_warm_restarts(tmp_path):
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, optimizer="adamwr", lr=0.01, weight_decay=0.1, restart_epochs=2,
+                    restart_mult=2, max_epochs=3, shared=0.0)
+    training.train(cfg, tmp_path / "run", log=quiet)
+    lrs = [float(r["lr"]) for r in read_history(tmp_path / "run")]
+    assert lrs == pytest.approx([0.01, 0.005, 0.01], rel=1e-9)  # restart after 2 epochs
+    model = training.build_model(cfg, "continuous", 1, 3)
+    opt, sched = training.make_optimizer(cfg, model)
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["weight_decay"] == 0.1
+    assert isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingWarmRestarts)
+
+
+def test_chrono_init_spreads_memories_over_the_training_splits_mean_length(tmp_path):
+    data = write_images(tmp_path / "data", T=40)
+    split = training.load_split(data, "train")
+    assert training.init_steps(split) == 40
+    cfg = small_cfg(data, init="chrono", shared=0.0, max_epochs=1)
+    m = training.train(cfg, tmp_path / "run", log=quiet)
+    assert m["config"]["init"] == "chrono"
+    best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)["model"]
+    assert best["gru.bias_ih_l0"].shape[0] == 3 * cfg.hidden

@@ -26,6 +26,8 @@ SCHEMA_PATH = ROOT / "config" / "schema.yaml"
 
 DATASETS = ("mnist", "fmnist", "cifar10", "imdb", "dbpedia")
 TASKS = ("rec", "pred")
+OPTIMIZERS = ("sgdr", "adamwr", "adam")
+INITS = ("torch", "orthogonal", "chrono")
 
 
 class ConfigError(ValueError):
@@ -52,11 +54,12 @@ class RunConfig:
     embedding: int = 0  # text only: >0 learns a character embedding of this size (DBpedia: 100); 0 = one-hot
     head: str = "linear"  # classifier on the full final state: "linear" | "mlp"
     head_hidden: int = 0  # width of the MLP head's hidden layer (0 = same as `hidden`)
+    init: str = "torch"  # main GRU: "torch" (PyTorch's uniform) | "orthogonal" (orthogonal recurrent blocks, zero biases) | "chrono" (orthogonal + update-gate bias log U(1, T-1), T = mean training length; models.init_recurrent)
     # --- optimisation -----------------------------------------------------------------
-    optimizer: str = "sgdr"  # "sgdr": SGD + CosineAnnealingWarmRestarts (paper) | "adam"
+    optimizer: str = "sgdr"  # "sgdr": SGD + momentum + warm restarts (paper) | "adamwr": AdamW + the same warm restarts (Loshchilov & Hutter 2019) | "adam": Adam at a constant rate
     lr: float = 0.05
     momentum: float = 0.9  # SGD only
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # L2 in the gradient (sgdr, adam); decoupled decay (adamwr)
     restart_epochs: int = 10  # SGDR T_0 (epochs until the first restart)
     restart_mult: int = 2  # SGDR T_mult (each cycle this many times longer)
     batch_size: int = 128
@@ -124,8 +127,10 @@ def check_run(cfg: RunConfig) -> None:
         bad("decoder_input", "must be 'teacher' or 'estimate'")
     if cfg.head not in ("linear", "mlp"):
         bad("head", "must be 'linear' or 'mlp'")
-    if cfg.optimizer not in ("sgdr", "adam"):
-        bad("optimizer", "must be 'sgdr' or 'adam'")
+    if cfg.optimizer not in OPTIMIZERS:
+        bad("optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
+    if cfg.init not in INITS:
+        bad("init", f"must be one of {', '.join(INITS)}")
     for key in ("lr", "batch_size", "max_epochs", "restart_epochs", "restart_mult", "decoder_layers"):
         if getattr(cfg, key) <= 0:
             bad(key, "must be > 0")
@@ -151,7 +156,8 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML mapping. A top-level `extends: <file>` (relative to this file) loads that
     file first and merges this one over it, nested mappings key by key, so a config that
-    only switches something on (config/paper-dbpedia.yaml) holds just that change."""
+    only switches something on (config/paper-dbpedia.yaml) holds just that change. A key
+    set to null there removes it (config/quick.yaml drops experiments and grids so)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -171,6 +177,9 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+            continue
         both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
         out[key] = _merge(out[key], value) if both_maps else value
     return out

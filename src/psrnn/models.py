@@ -23,6 +23,10 @@ Choices the sources leave open (stated so a reader can see them):
   cannot shrink its own targets by collapsing the embedding towards zero; it still
   shapes the embedding through h^s and the main GRU.
 - Decoder outputs are linear (no squashing): the squared error is on raw estimates.
+- The main GRU's initialisation is a setting (`init`, `init_recurrent` below): PyTorch's
+  uniform default, or orthogonal recurrent weights with the update gate's bias drawn
+  "chrono" style so that units start out remembering over up to T steps. The paper does
+  not say how it initialised; the decoders (windows of at most 64 steps) keep PyTorch's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from psrnn.config import ConfigError, RunConfig
+from psrnn.config import INITS, ConfigError, RunConfig
 
 INPUT_KINDS = ("continuous", "categorical")  # manifest.json "input"
 
@@ -97,6 +101,39 @@ def gather_steps(seq: torch.Tensor, pos: torch.Tensor,
     return values * valid[..., None].to(values.dtype), valid
 
 
+# --- initialisation ----------------------------------------------------------------------
+
+
+@torch.no_grad()
+def init_recurrent(gru: nn.GRU, scheme: str, steps: int, generator: torch.Generator | None = None) -> None:
+    """Initialise a 1-layer GRU in place.
+
+    "torch": leave PyTorch's uniform(+-1/sqrt(d)) weights and biases.
+    "orthogonal": each gate's recurrent block W_h{r,z,n} (d, d) orthogonal, each input
+        block Xavier-uniform, biases 0: the recurrence neither shrinks nor blows up a
+        state at the start, the usual remedy for vanishing gradients over long sequences.
+    "chrono": "orthogonal", and the update gate's input bias b_iz = log(U(1, steps - 1))
+        per unit (Tallec & Ollivier 2018, "Can recurrent neural networks warp time?").
+        PyTorch's GRU keeps z * h_{t-1}, so z = sigmoid(b) near 1 - 1/e^b makes a unit
+        remember for about e^b steps: the units start with memories spread from 1 step to
+        the sequence length `steps`, instead of all forgetting within a few steps.
+    Weights on the meta device (parameter counting) are left alone.
+    """
+    if scheme not in INITS:
+        raise ValueError(f"unknown init {scheme!r}, expected one of {INITS}")
+    if scheme == "torch" or gru.weight_hh_l0.is_meta:
+        return
+    d = gru.hidden_size
+    for w_ih, w_hh in zip(gru.weight_ih_l0.split(d), gru.weight_hh_l0.split(d)):  # gates r, z, n
+        nn.init.xavier_uniform_(w_ih, generator=generator)
+        nn.init.orthogonal_(w_hh, generator=generator)
+    gru.bias_ih_l0.zero_()
+    gru.bias_hh_l0.zero_()
+    if scheme == "chrono":
+        u = torch.rand(d, generator=generator, device=gru.bias_ih_l0.device)  # (d,)
+        gru.bias_ih_l0[d:2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
+
+
 # --- modules -----------------------------------------------------------------------------
 
 
@@ -136,7 +173,10 @@ class PSRNN(nn.Module):
     Parameter groups (the metrics split): `embed` + `gru` = main, `head`, `decoders` = aux.
     """
 
-    def __init__(self, cfg: RunConfig, input_kind: str, features: int, num_classes: int):
+    def __init__(self, cfg: RunConfig, input_kind: str, features: int, num_classes: int,
+                 steps: int = 784):
+        """steps: the sequence length the "chrono" init spreads memories over (training
+        passes the prepared training split's mean length)."""
         super().__init__()
         if input_kind not in INPUT_KINDS:
             raise ValueError(f"input kind {input_kind!r} not in {INPUT_KINDS}")
@@ -154,6 +194,7 @@ class PSRNN(nn.Module):
         self.teacher = cfg.decoder_input == "teacher"
 
         self.gru = nn.GRU(self.input_size, cfg.hidden, batch_first=True)
+        init_recurrent(self.gru, cfg.init, steps)
         if cfg.head == "mlp":
             width = cfg.head_hidden or cfg.hidden
             self.head = nn.Sequential(nn.Linear(cfg.hidden, width), nn.ReLU(),
@@ -225,8 +266,9 @@ class PSRNN(nn.Module):
         return logits, self.aux_loss(inp, H, lengths, anchors)
 
 
-def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int) -> PSRNN:
-    return PSRNN(cfg, input_kind, features, num_classes)
+def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int,
+                steps: int = 784) -> PSRNN:
+    return PSRNN(cfg, input_kind, features, num_classes, steps)
 
 
 # --- parameter counts --------------------------------------------------------------------

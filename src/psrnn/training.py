@@ -170,14 +170,22 @@ def seed_everything(seed: int, device: torch.device) -> None:
 
 
 def make_optimizer(cfg: C.RunConfig, model: PSRNN):
-    """(optimizer, scheduler or None)."""
+    """(optimizer, scheduler or None). "sgdr" and "adamwr" share the warm-restart schedule."""
     if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay), None
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamwr":
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                              weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
         opt, T_0=cfg.restart_epochs, T_mult=cfg.restart_mult)
     return opt, sched
+
+
+def init_steps(split: SequenceSplit) -> int:
+    """The length the "chrono" init spreads its memories over: the training split's mean."""
+    return max(2, round(float(split.lengths.double().mean()))) if len(split) else 2
 
 
 def draw_anchors(model: PSRNN, cfg: C.RunConfig, lengths: torch.Tensor,
@@ -508,7 +516,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
 
     seed_everything(cfg.seed, device)
     model = build_model(cfg, manifest["input"], int(manifest["features"]),
-                        int(manifest["num_classes"])).to(device)
+                        int(manifest["num_classes"]), steps=init_steps(splits["train"])).to(device)
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
     st = None
