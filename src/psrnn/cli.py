@@ -18,6 +18,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("psrnn.config_cli", "validate a suite config and list its runs"),
     "fixtures": ("psrnn.data.fixtures", "write small synthetic archives in the upstream formats"),
+    "digits": ("psrnn.data.digits", "cut one real-digit IDX pair into the four files prepare reads"),
     "download": ("psrnn.data.download", "download and verify a dataset's archives"),
     "prepare": ("psrnn.data.prepare", "turn downloaded archives into prepared sequence tensors"),
     "train": ("psrnn.training", "train one model (one experiment, one seed)"),
@@ -25,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("psrnn.results", "compile tables, figures and the report from finished runs"),
     "paper": ("psrnn.workflow", "build the paper PDF from the compiled tables and figures"),
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
+    "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
 }
 
