@@ -212,3 +212,37 @@ def test_configs_are_not_modified_by_validation():
     before = copy.deepcopy(raw)
     C.validate_suite(raw)
     assert raw == before
+
+
+def test_extends_null_removes_a_key(tmp_path):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
+        {"name": "b", "experiments": {"a": {"dataset": "mnist", "grid": {"lr": [1, 2]}},
+                                      "b": {"dataset": "mnist"}}}))
+    (tmp_path / "over.yaml").write_text("extends: base.yaml\nexperiments: {a: {grid: null}, b: null}\n")
+    assert C.load_yaml(tmp_path / "over.yaml") == {"name": "b", "experiments": {"a": {"dataset": "mnist"}}}
+
+
+def test_paper_defaults_are_the_measured_recipe():
+    # results/recipe/recipe.md: SGDR from PyTorch's init at lr 0.03 stays at chance
+    cfg = C.load_suite(PAPER)
+    run = C.resolve_run(cfg, "mnist_gru", 0)
+    assert (run.optimizer, run.init, run.lr, run.clip) == ("sgdr", "chrono", 0.3, 1.0)
+    assert run.lr in cfg["experiments"]["mnist_gru"]["grid"]["lr"]
+
+
+def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_no_grid():
+    cfg = C.load_suite(C.ROOT / "config" / "quick.yaml")
+    exps = C.enabled_experiments(cfg)
+    assert cfg["name"] == "quick" and cfg["seeds"] == [0]
+    assert {cfg["experiments"][e]["dataset"] for e in exps} == {"mnist", "fmnist", "imdb"}
+    assert len(exps) == 13 and not any(C.has_grid(cfg, e) for e in exps)
+    assert all(cfg["experiments"][e]["ref"].startswith("table2/") for e in exps)
+    run = C.resolve_run(cfg, "imdb_gru", 0)
+    assert (run.max_epochs, run.patience, run.init) == (70, 20, "chrono")
+
+
+@pytest.mark.parametrize("key,value", [("init", "xavier"), ("optimizer", "sgd")])
+def test_unknown_init_or_optimizer_is_named(key, value):
+    cfg = paper_raw()
+    cfg["defaults"][key] = value
+    assert key in error_of(cfg)

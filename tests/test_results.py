@@ -211,7 +211,7 @@ def test_verdict_logic():
     assert verdict(98.9, s, paper_scale=True).startswith("reproduced")
     assert verdict(91.0, s, paper_scale=True) == "not reproduced (ours higher)"
     assert verdict(101.0, s, paper_scale=True) == "not reproduced (ours lower)"
-    assert verdict(98.9, summarize([0.99]), paper_scale=True) == "n<2 (no CI)"
+    assert verdict(98.9, summarize([0.99]), paper_scale=True) == "1 seed (no CI)"
     assert verdict(98.9, summarize([]), paper_scale=True) == "missing"
     # a small config never claims a reproduction, even when the number falls inside the CI
     assert verdict(98.9, s, paper_scale=False) == "not assessed (small config)"
@@ -363,7 +363,7 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
 
     assert "not reproduced (ours lower)" in line("| table2/mnist/gru accuracy % (mnist_gru)")
     assert line("| table2/mnist/ps30-predrec-a40 accuracy").endswith("| reproduced (paper value within our 95% CI) |")
-    assert "| n<2 (no CI) |" not in line("| table2/mnist/full-rec-a1")  # n = 2 has a CI
+    assert "| 1 seed (no CI) |" not in line("| table2/mnist/full-rec-a1")  # n = 2 has a CI
     assert line("| table2/fmnist/gru accuracy").endswith("| missing |")
     assert line("| table4/shared-50 accuracy").endswith("| missing |")
     # paired: ps - gru per seed = 5, 4, 4 pp; ps - full on seeds 0, 1 = 2, 1 pp

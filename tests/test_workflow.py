@@ -337,6 +337,14 @@ def test_configfile_paper_dbpedia_adds_only_dbpedia(tmp_path):
     assert counts["download"] == 5 and counts["train"] == 75 + 4 * 3 and counts["search"] == 54 + 12
 
 
+def test_configfile_quick_is_one_seed_of_table2s_mnist_fmnist_imdb_rows(tmp_path):
+    res = snakemake("-n", "--quiet", "rules", "--configfile", str(ROOT / "config" / "quick.yaml"),
+                    cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert job_counts(res.stdout) == {"download": 3, "prepare": 3, "train": 13, "compile": 1,
+                                      "paper": 1, "all": 1}  # no search, no select
+
+
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
     bad = C.load_yaml(SMALL)
     bad["experiments"]["mnist_gru"]["shared"] = 1.5

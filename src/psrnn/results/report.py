@@ -82,7 +82,12 @@ def deviations(s: Suite) -> list[str]:
                    "quick end-to-end run; its numbers say nothing about the paper's claims.")
     out += [" ".join(d.split()) for d in s.reference.get("deviations", [])]
     seeds = sorted(s.cfg["seeds"])
-    out.append(f"{len(seeds)} seed(s) per experiment ({', '.join(map(str, seeds))}).")
+    if len(seeds) == 1:
+        out.append(f"1 seed per experiment (seed {seeds[0]}): every number is a single run, "
+                   "with no spread, no confidence interval and no verdict (the paper's "
+                   "protocol has several).")
+    else:
+        out.append(f"{len(seeds)} seed(s) per experiment ({', '.join(map(str, seeds))}).")
     out += dataset_deviations(s)
     out += setting_deviations(s)
     return out

@@ -69,7 +69,7 @@ def verdict(paper: float | None, ours: Summary, paper_scale: bool) -> str:
     if not paper_scale:
         return "not assessed (small config)"
     if ours.n < 2:
-        return "n<2 (no CI)"
+        return "1 seed (no CI)"
     if ours.ci_low <= paper <= ours.ci_high:
         return "reproduced (paper value within our 95% CI)"
     side = "higher" if ours.mean > paper else "lower"
@@ -81,7 +81,7 @@ def difference_verdict(diff: Summary) -> str:
     if diff.n == 0:
         return "missing"
     if diff.n < 2:
-        return "n<2 (no CI)"
+        return "1 seed (no CI)"
     if diff.ci_low > 0:
         return "better (CI above 0)"
     if diff.ci_high < 0:
