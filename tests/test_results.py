@@ -478,3 +478,20 @@ def test_paper_build_needs_compiled_outputs(tmp_path):
     cfg = C.load_suite(make_suite(tmp_path))
     with pytest.raises(UserError, match="nothing compiled yet"):
         build_paper(cfg, tmp_path / "results" / "t")
+
+
+def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
+    path = make_suite(tmp_path, name="p", paper_scale=True, keep=("mnist_gru", "mnist_ps"),
+                      acc={})
+    cfg = yaml.safe_load(path.read_text())
+    cfg["seeds"] = [0]
+    cfg["defaults"]["init"] = "chrono"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for exp, a in (("mnist_gru", 0.95), ("mnist_ps", 0.97)):  # runs trained with these settings
+        write_run(tmp_path, C.load_suite(path), exp, 0, a, a)
+    text = report.report_markdown(load(tmp_path, path), ["REPORT.md"])
+    assert "main GRU initialised chrono (orthogonal recurrent weights, update-gate biases" in text
+    assert ": mnist_gru, mnist_ps." in text.split("main GRU initialised chrono")[1].splitlines()[0]
+    assert "1 seed per experiment (seed 0): every number is a single run" in text
+    line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru accuracy"))
+    assert line.endswith("| 1 seed (no CI) |")

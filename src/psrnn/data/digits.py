@@ -21,7 +21,7 @@ from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from psrnn.cli import UserError
 from psrnn.data.fixtures import gzip_bytes, idx_bytes
-from psrnn.data.readers import IDX_FILES, _read_idx_file, need
+from psrnn.data.readers import IDX_FILES, _read_idx_file
 from psrnn.files import write_bytes
 
 SOURCE_FILES = IDX_FILES["test"]  # the pair looked for in the source folder
@@ -29,7 +29,11 @@ SOURCE_FILES = IDX_FILES["test"]  # the pair looked for in the source folder
 
 def read_pair(src_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     """(images uint8 (N, H, W), labels uint8 (N,)) of the source folder's IDX pair."""
-    images, labels = (need(Path(src_dir) / name) for name in SOURCE_FILES)
+    images, labels = (Path(src_dir) / name for name in SOURCE_FILES)
+    for path in (images, labels):
+        if not path.is_file():
+            raise UserError(f"{path}: not found (the digits folder holds an IDX pair named "
+                            f"{SOURCE_FILES[0]} and {SOURCE_FILES[1]})")
     with tempfile.TemporaryDirectory(prefix="psrnn-digits-") as tmp:
         x = _read_idx_file(images, tmp, read_image_file)  # (N, H, W)
         y = _read_idx_file(labels, tmp, read_label_file)  # (N,)

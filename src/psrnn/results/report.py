@@ -131,6 +131,11 @@ def setting_deviations(s: Suite) -> list[str]:
         st, aux = s.settings[exp], s.kind(exp) != "gru"
         if st.get("optimizer", "sgdr") != "sgdr":
             groups[f"optimizer {st['optimizer']} instead of SGDR"].append(exp)
+        if st.get("init", "torch") != "torch":  # the paper does not say; results/recipe/ measures why
+            groups[f"main GRU initialised {st['init']} (orthogonal recurrent weights"
+                   + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
+                   + "; the paper gives no initialisation, and SGDR from PyTorch's default stays "
+                   "at chance on real digits: results/recipe/recipe.md)"].append(exp)
         if int(st.get("patience", PAPER_PATIENCE)) != PAPER_PATIENCE:
             groups[f"early-stopping patience {st['patience']} epochs (paper: {PAPER_PATIENCE})"].append(exp)
         if aux and float(st.get("aux_weight", 1.0)) != 1.0:
