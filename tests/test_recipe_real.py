@@ -50,14 +50,14 @@ def test_paper_recipe_learns_real_digits_where_the_shipped_one_stays_at_chance(t
     # Measured (results/recipe/recipe.md): paper 61.3 % at epoch 5, shipped 12.3 % at every epoch.
     study = R.load_study()
     study["epochs"] = 5
-    hist = R.run_study(study, DIGITS, tmp_path / "out", tmp_path / "data",
-                       only=["paper", "shipped"], jobs=2)
+    configs, hist = R.run_study(study, DIGITS, tmp_path / "out", tmp_path / "data",
+                                only=["paper", "shipped"], jobs=2)
     paper = [r["valid_acc"] for r in hist["paper"]]
     shipped = [r["valid_acc"] for r in hist["shipped"]]
     assert len(paper) == len(shipped) == 5
     assert max(shipped) < 0.15, shipped  # chance: the most frequent class is 12.3 %
     assert paper[-1] >= 0.5, paper
-    csv_text, md = R.render(study, hist, "cmd")
+    csv_text, md = R.render(study, configs, hist, "cmd")
     assert "| shipped | sgdr, lr 0.03, momentum 0.9, init torch, clip 1 |" in md
     assert csv_text.count("\npaper,") == 5
 

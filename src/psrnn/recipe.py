@@ -117,30 +117,29 @@ def run_dir(out: str | Path, name: str, cfg: C.RunConfig) -> Path:
 
 def run_study(study: dict[str, Any], digits: str | Path, out: str | Path,
               data_root: str | Path = "data/recipe", only: list[str] | None = None,
-              jobs: int = 1) -> dict[str, list[dict[str, float]]]:
-    """Train every recipe (in `jobs` processes of one thread each); recipe -> history."""
+              jobs: int = 1) -> tuple[dict[str, C.RunConfig], dict[str, list[dict[str, float]]]]:
+    """Train every recipe (in `jobs` processes of one thread each); returns
+    (recipe -> the RunConfig it trained with, recipe -> history)."""
     prepared = prepare_digits(study, digits, data_root)
     configs = recipe_configs(study, prepared, only)
     tasks = [(name, cfg, str(run_dir(out, name, cfg))) for name, cfg in configs.items()]
     if jobs <= 1:
-        results = map(_train_one, tasks)
-        return dict(results)
+        return configs, dict(map(_train_one, tasks))
     # spawn, not fork: a forked child of a process whose OpenMP threads already ran can hang
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return dict(pool.map(_train_one, tasks))
+        return configs, dict(pool.map(_train_one, tasks))
 
 
-def settings(study: dict[str, Any], name: str) -> str:
-    """The recipe's run settings that matter here, as the table prints them."""
-    cfg = C.resolve_run(study["suite_config"], study["experiment"], study["seed"],
-                        overrides=dict(study["recipes"][name] or {}))
+def settings(cfg: C.RunConfig) -> str:
+    """A recipe's run settings that matter here, as the table prints them."""
     extra = f", momentum {cfg.momentum:g}" if cfg.optimizer == "sgdr" else ""
     return f"{cfg.optimizer}, lr {cfg.lr:g}{extra}, init {cfg.init}, clip {cfg.clip:g}"
 
 
-def render(study: dict[str, Any], histories: dict[str, list[dict[str, float]]],
-           command: str) -> tuple[str, str]:
-    """(recipe.csv, recipe.md) text; the same histories give the same bytes."""
+def render(study: dict[str, Any], configs: dict[str, C.RunConfig],
+           histories: dict[str, list[dict[str, float]]], command: str) -> tuple[str, str]:
+    """(recipe.csv, recipe.md) text from the runs' configs and histories; the same inputs
+    give the same bytes."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
@@ -166,7 +165,7 @@ def render(study: dict[str, Any], histories: dict[str, list[dict[str, float]]],
     for name, rows in histories.items():
         accs = [f"{100 * r['valid_acc']:.1f}" for r in rows] + ["–"] * (epochs - len(rows))
         best = max((r["valid_acc"] for r in rows), default=float("nan"))
-        md.append(f"| {name} | {settings(study, name)} | " + " | ".join(accs) + f" | {100 * best:.1f} |")
+        md.append(f"| {name} | {settings(configs[name])} | " + " | ".join(accs) + f" | {100 * best:.1f} |")
     return buf.getvalue(), "\n".join(md) + "\n"
 
 
@@ -186,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     if not Path(args.digits).is_dir():
         raise UserError(f"--digits {args.digits}: no such folder")
-    histories = run_study(study, args.digits, args.out, args.data, only, args.jobs)
+    configs, histories = run_study(study, args.digits, args.out, args.data, only, args.jobs)
     command = "python -m psrnn recipe --digits <mnist-test>" + (f" --only {args.only}" if args.only else "")
-    text_csv, text_md = render(study, histories, command)
+    text_csv, text_md = render(study, configs, histories, command)
     write_text(Path(args.out) / "recipe.csv", text_csv)
     write_text(Path(args.out) / "recipe.md", text_md)
     print(text_md, end="")
