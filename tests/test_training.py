@@ -1,5 +1,6 @@
-"""Training tests: outputs, determinism, resume equivalence, NaN guard, early stopping,
-the SGDR schedule, a long-range task, and the `train` command end to end.
+"""Training tests: outputs, determinism, resume equivalence, NaN guard, divergence flag,
+early stopping, the SGDR schedule, the log, a long-range task, and the `train` command end
+to end.
 
     uv run pytest tests/test_training.py -q
 
@@ -12,6 +13,7 @@ import csv
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,7 @@ METRIC_KEYS = {
     "best_epoch", "epochs_run", "stopped", "test_main_loss", "test_aux_loss", "valid_main_loss",
     "valid_aux_loss", "train_main_loss", "train_aux_loss", "params", "params_main", "params_head",
     "params_aux", "shared_units", "wall_time_s", "samples_per_s", "device", "device_name",
-    "torch_version", "cuda_version", "platform", "git_commit", "psrnn_version", "config",
+    "diverged", "torch_version", "cuda_version", "platform", "git_commit", "psrnn_version", "config",
 }
 
 
@@ -133,6 +135,7 @@ def test_run_writes_every_output_of_the_contract(tmp_path):
     assert set(m) == METRIC_KEYS
     assert (m["experiment"], m["config_name"], m["point"], m["seed"]) == ("e", "c", None, 0)
     assert m["epochs_run"] == 3 and m["stopped"] == "max_epochs" and 1 <= m["best_epoch"] <= 3
+    assert m["diverged"] is None
     assert 0 <= m["test_acc"] <= 1 and 0 <= m["best_valid_acc"] <= 1
     assert m["test_aux_loss"] > 0 and m["valid_aux_loss"] > 0 and m["train_aux_loss"] > 0
     assert m["device"] == "cpu" and m["cuda_version"] is None
@@ -272,8 +275,8 @@ def test_interrupted_run_resumes_to_identical_results(tmp_path, kill):
     assert not (run / "metrics.json").exists()
     logs: list[str] = []
     again = training.train(cfg, run, log=logs.append)
-    if kill[0] > 1:
-        assert logs[0].startswith(f"resuming {run} after epoch {kill[0] - 1}")
+    start = "fresh start" if kill[0] == 1 else f"resumed after epoch {kill[0] - 1}"
+    assert logs[0].startswith(f"run {run}: ") and logs[0].endswith(f"| {start}")
     assert stable(again) == stable(ref)
     assert stable_history(run) == stable_history(tmp_path / "ref")
     for name in ("grad_norms.npz", "hidden_states.npz"):
@@ -405,6 +408,38 @@ def test_nan_is_a_one_line_cli_error(tmp_path, capsys):
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_an_exploding_finite_loss_is_flagged_and_the_run_goes_on(tmp_path):
+    data = write_images(tmp_path / "data", T=16)
+    # the bad-input issue's `--set lr=1000000` (Adam, clip 1): every loss stays finite, so
+    # the NaN stop does not fire, but the cross-entropy reaches millions in epoch 1
+    cfg = small_cfg(data, optimizer="adam", lr=1e6, clip=1.0, max_epochs=3)
+    logs: list[str] = []
+    m = training.train(cfg, tmp_path / "run", log=logs.append)
+    first_epoch = float(read_history(tmp_path / "run")[0]["train_main_loss"])
+    assert first_epoch > 1e5 * math.log(3)  # 4.4e6 measured
+    assert m["diverged"] == {"epoch": 1, "train_loss": first_epoch, "first_loss": math.log(3)}
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["diverged"] == m["diverged"]
+    assert (m["epochs_run"], m["stopped"]) == (3, "max_epochs")
+    assert [line for line in logs if line.startswith("diverged:")] == [
+        f"diverged: epoch 1 train loss {first_epoch:.4g} > 10 x first loss 1.0986 (ln 3, the "
+        f"loss at initialisation); lower lr; the run goes on"]
+    assert logs[-1].startswith("done: ") and logs[-1].endswith(", diverged at epoch 1)")
+
+    # the flag lives in the history that ckpt_last.pt carries: a resumed run keeps it
+    with pytest.raises(Interrupt):
+        training.train(cfg, tmp_path / "resumed", on_step=kill_at(3, 1), log=quiet)
+    assert training.train(cfg, tmp_path / "resumed", log=quiet)["diverged"] == m["diverged"]
+
+
+def test_divergence_is_the_first_epoch_above_ten_times_the_initial_loss():
+    first = math.log(3)
+    history = [{"epoch": e, "train_main_loss": loss}
+               for e, loss in enumerate([1.1, 10 * first, 11.0, 1e9, 0.5], start=1)]
+    assert training.divergence(history, first) == {"epoch": 3, "train_loss": 11.0,
+                                                    "first_loss": first}
+    assert training.divergence(history[:2], first) is None  # exactly 10x is not above it
+
+
 def test_clipping_survives_huge_finite_gradients_and_matches_torch_otherwise():
     w = torch.nn.Parameter(torch.zeros(4))
     w.grad = torch.tensor([3e25, -4e25, 0.0, 0.0])  # squares overflow float32; values do not
@@ -447,6 +482,54 @@ def test_adam_runs_at_a_constant_rate(tmp_path):
     cfg = small_cfg(data, optimizer="adam", lr=0.01, max_epochs=2)
     training.train(cfg, tmp_path / "run", log=quiet)
     assert [float(r["lr"]) for r in read_history(tmp_path / "run")] == [0.01, 0.01]
+
+
+# --- the log -----------------------------------------------------------------------------
+
+
+BEAT = re.compile(r"epoch (\d+)/(\d+) step (\d+)/(\d+) \| (\d+\.\d\d) steps/s \| "
+                  r"ETA (\d+:\d\d:\d\d)")
+
+
+def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
+    data = write_images(tmp_path / "data", T=16)  # 48 / 16 / 16 sequences: 3 steps of 16
+    cfg = small_cfg(data, max_epochs=2)
+    run = tmp_path / "run"
+    logs: list[str] = []
+    training.train(cfg, run, log=logs.append, heartbeat_s=0)
+    n = param_counts(cfg, "continuous", 1, 3)
+    assert logs[0] == (
+        f"run {run}: device cpu ({training.cpu_name()}) | params {n['params']} (main "
+        f"{n['params_main']}, head {n['params_head']}, aux decoders {n['params_aux']}) | "
+        f"train 48 / valid 16 / test 16 sequences | fresh start")
+    beats = [b for b in map(BEAT.fullmatch, logs) if b]
+    assert [(int(b[1]), int(b[2]), int(b[3]), int(b[4])) for b in beats] == [
+        (e, 2, k, 3) for e in (1, 2) for k in (1, 2, 3)]
+    assert all(float(b[5]) > 0 for b in beats) and beats[2][6] == beats[5][6] == "0:00:00"
+    kinds = ["beat" if BEAT.fullmatch(line) else line.split()[0] for line in logs]
+    assert kinds == ["run", *["beat"] * 3, "epoch", *["beat"] * 3, "epoch", "done:"]
+
+    # the default interval (a minute) is longer than this run: no beats; a resumed run says so
+    with pytest.raises(Interrupt):
+        training.train(cfg, tmp_path / "again", on_step=kill_at(2, 1), log=quiet)
+    logs.clear()
+    training.train(cfg, tmp_path / "again", log=logs.append)
+    assert logs[0].endswith("| resumed after epoch 1")
+    assert [line.split()[0] for line in logs] == ["run", "epoch", "done:"]
+
+
+def test_no_heartbeat_under_the_progress_bar(tmp_path, capsys):
+    data = write_images(tmp_path / "data", T=16)
+    training.train(small_cfg(data, max_epochs=1, progress="bar"), tmp_path / "run",
+                   log=quiet, heartbeat_s=0)
+    out = capsys.readouterr().out.splitlines()  # tqdm.write: the bar's own log
+    assert [line.split()[0] for line in out] == ["epoch", "done:"]
+
+
+def test_heartbeat_line_counts_steps_and_estimates_the_rest_of_the_epoch():
+    assert training.heartbeat_line(3, 70, 120, 480, 60.0) == (
+        "epoch 3/70 step 120/480 | 2.00 steps/s | ETA 0:03:00")
+    assert training.clock(3725.4) == "1:02:05"
 
 
 # --- it learns ---------------------------------------------------------------------------

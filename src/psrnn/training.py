@@ -25,6 +25,12 @@ md5) is an error, or with --restart-on-change (the workflow's rules pass it: a c
 config re-runs the job) is set aside and the run starts over. Validation and test use
 anchors from a fixed-seed generator, so auxiliary losses are comparable across epochs
 and runs.
+
+Log: a header line (device, parameter counts, split sizes, fresh start or resumed), one
+line per epoch and, without the progress bar, a heartbeat every HEARTBEAT_S seconds inside
+an epoch (step, steps/s, the epoch's ETA). A NaN/inf loss stops the run; a finite loss
+that explodes (DIVERGENCE_FACTOR) is logged and recorded as metrics.json's `diverged`, and
+the run goes on.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import platform
 import random
@@ -60,12 +67,21 @@ GRAD_NORM_SEQUENCES = 64  # test sequences measured for grad_norms.npz
 RESUME_EXEMPT = ("progress", "device")
 HISTORY_COLUMNS = ("epoch", "lr", "train_main_loss", "train_aux_loss", "train_acc",
                    "valid_main_loss", "valid_aux_loss", "valid_acc", "epoch_time_s")
+HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
+# An epoch whose mean training cross-entropy exceeds this multiple of the loss at
+# initialisation, ln(num_classes), flags the run as diverged. Healthy runs stay near or
+# below ln C: the 10 runs of results/recipe (real digits, SGDR at lr up to 1, Adam, AdamW)
+# peak at 1.02 x ln 10, so 10 leaves a wide margin; exploded ones lie orders of magnitude
+# above it (Adam at lr 1e6: ~1e7). The reference is ln C, not the first epoch's loss:
+# such runs explode within their first epoch and then stay there.
+DIVERGENCE_FACTOR = 10.0
 
 StepHook = Callable[[int, int, PSRNN], None]  # (epoch, step, model), after each optimizer step
 
 
 class TrainingDiverged(UserError):
-    """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written."""
+    """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written.
+    (A finite loss that explodes does not raise: see divergence().)"""
 
 
 class ConfigChanged(UserError):
@@ -253,12 +269,29 @@ def batch_order(lengths: torch.Tensor, batch_size: int, bucket: int,
     return [batches[i] for i in shuffle.tolist()]
 
 
+def clock(seconds: float) -> str:
+    """A duration in seconds as h:mm:ss."""
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def heartbeat_line(epoch: int, max_epochs: int, done: int, total: int, elapsed_s: float) -> str:
+    """Progress inside an epoch: `done` of `total` steps after `elapsed_s` seconds."""
+    rate = done / max(elapsed_s, 1e-9)  # steps/s
+    return (f"epoch {epoch}/{max_epochs} step {done}/{total} | {rate:.2f} steps/s | "
+            f"ETA {clock((total - done) / rate)}")
+
+
 def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched,
                 gens: Generators, device: torch.device, epoch: int,
-                on_step: StepHook | None = None, bar: bool = False) -> dict[str, float]:
+                on_step: StepHook | None = None, bar: bool = False,
+                heartbeat: Callable[[str], None] | None = None,
+                heartbeat_s: float = HEARTBEAT_S) -> dict[str, float]:
     """One pass over `split` in a seeded random order; returns the epoch's mean losses.
 
-    Raises TrainingDiverged at the first non-finite loss or gradient norm.
+    heartbeat: receives a heartbeat_line() at the first step at least heartbeat_s seconds
+    after the previous line (or the epoch's start). Raises TrainingDiverged at the first
+    non-finite loss or gradient norm.
     """
     model.train()
     n = len(split)
@@ -270,6 +303,7 @@ def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched
         from tqdm import tqdm
 
         steps = tqdm(steps, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
+    start = last_beat = time.monotonic()
     for step in steps:
         x, lengths, y = split.batch(batches[step])
         anchors = draw_anchors(model, cfg, lengths, gens.anchors)
@@ -296,6 +330,13 @@ def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched
                              (logits.argmax(-1) == y).sum()]).to(torch.float64)
         if on_step is not None:
             on_step(epoch, step + 1, model)
+        if heartbeat is not None:
+            # the finite check's sync keeps the host within a step of the device
+            now = time.monotonic()
+            if now - last_beat >= heartbeat_s:
+                heartbeat(heartbeat_line(epoch, cfg.max_epochs, step + 1, len(batches),
+                                         now - start))
+                last_beat = now
     ce_sum, aux_sum, correct = sums.tolist()
     return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n,
             "train_acc": correct / n}
@@ -475,11 +516,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def device_name(device: torch.device) -> str:
+    """The GPU's name on cuda, the CPU's model name otherwise."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     cuda = device.type == "cuda"
     return {
         "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name(),
+        "device_name": device_name(device),
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda if cuda else None,
         "platform": platform.platform(),
@@ -488,17 +534,47 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
+def header(out_dir: Path, device: torch.device, model: PSRNN, splits: dict[str, SequenceSplit],
+           resumed_after: int | None) -> str:
+    """The log's first line: where the run trains, how big it is, and where it starts."""
+    if device.type == "cuda" and device.index is None:  # "auto": the current GPU
+        device = torch.device("cuda", torch.cuda.current_device())
+    n = count_params(model)
+    start = "fresh start" if resumed_after is None else f"resumed after epoch {resumed_after}"
+    return (f"run {out_dir}: device {device} ({device_name(device)}) | params {n['params']:,} "
+            f"(main {n['params_main']:,}, head {n['params_head']:,}, aux decoders "
+            f"{n['params_aux']:,}) | train {len(splits['train'])} / valid {len(splits['valid'])} "
+            f"/ test {len(splits['test'])} sequences | {start}")
+
+
+def divergence(history: list[dict[str, float]], first_loss: float) -> dict[str, Any] | None:
+    """metrics.json's `diverged`: the first epoch whose mean training cross-entropy exceeds
+    DIVERGENCE_FACTOR x first_loss (the loss at initialisation, ln(num_classes)), as
+    {epoch, train_loss, first_loss}; None when there is none.
+
+    The main loss only: its starting value is known for every dataset (an auxiliary loss's
+    depends on the data's scale), and an explosion of the shared units reaches it. Derived
+    from the history, which ckpt_last.pt carries, so a resumed run keeps the flag.
+    """
+    for row in history:
+        if row["train_main_loss"] > DIVERGENCE_FACTOR * first_loss:
+            return {"epoch": row["epoch"], "train_loss": row["train_main_loss"],
+                    "first_loss": first_loss}
+    return None
+
+
 # --- the run -----------------------------------------------------------------------------
 
 
 def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = None,
           on_step: StepHook | None = None, log: Callable[[str], None] | None = None,
-          restart_on_change: bool = False) -> dict[str, Any]:
+          restart_on_change: bool = False, heartbeat_s: float = HEARTBEAT_S) -> dict[str, Any]:
     """Train (or resume, or return) one run; returns its metrics (also in metrics.json).
 
     meta: experiment, config_name, point for metrics.json. on_step: called after every
     optimizer step (tests use it to interrupt a run). restart_on_change: a checkpoint of
     other settings is set aside (overwritten at the first epoch's end) instead of an error.
+    heartbeat_s: seconds between progress lines inside an epoch (none under the bar).
     """
     out_dir = Path(out_dir)
     log = log or (lambda msg: print(msg, flush=True))
@@ -515,20 +591,22 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     splits = {s: load_split(cfg.data_dir, s) for s in ("train", "valid", "test")}
 
     seed_everything(cfg.seed, device)
-    model = build_model(cfg, manifest["input"], int(manifest["features"]),
-                        int(manifest["num_classes"]), steps=init_steps(splits["train"])).to(device)
+    num_classes = int(manifest["num_classes"])
+    first_loss = math.log(num_classes)  # an untrained classifier predicts ~uniformly
+    model = build_model(cfg, manifest["input"], int(manifest["features"]), num_classes,
+                        steps=init_steps(splits["train"])).to(device)
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
     st = None
     if last_path.is_file():
         try:
             st = load_last(last_path, cfg, model, opt, sched, gens, data)
-            log(f"resuming {out_dir} after epoch {st.epoch}")
         except ConfigChanged as err:
             if not restart_on_change:
                 raise
             log(f"starting over: {err.path} was written with a different config: "
                 f"{'; '.join(err.differences)}")
+    log(header(out_dir, device, model, splits, None if st is None else st.epoch))
     if st is None:
         st = RunState()
         if 0 in cfg.capture_epochs:  # the state at initialisation
@@ -545,8 +623,9 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
             break
         epoch = st.epoch + 1
         t0 = time.perf_counter()
+        beat = None if bar else log  # the bar shows progress itself
         row = {"epoch": epoch, **train_epoch(model, splits["train"], cfg, opt, sched, gens,
-                                             device, epoch, on_step, bar)}
+                                             device, epoch, on_step, bar, beat, heartbeat_s)}
         st.train_time_s += time.perf_counter() - t0
         valid = evaluate(model, splits["valid"], cfg, device)
         row.update(valid_main_loss=valid["main_loss"], valid_aux_loss=valid["aux_loss"],
@@ -574,13 +653,19 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
             f"aux {row['train_aux_loss']:.4f} acc {row['train_acc']:.4f} | valid ce "
             f"{row['valid_main_loss']:.4f} aux {row['valid_aux_loss']:.4f} acc {row['valid_acc']:.4f} "
             f"| {row['epoch_time_s']:.1f}s | best {st.best_valid_acc:.4f} @ {st.best_epoch}")
+        flag = divergence(st.history, first_loss)
+        if flag is not None and flag["epoch"] == epoch:  # once, at the epoch that crossed
+            log(f"diverged: epoch {epoch} train loss {flag['train_loss']:.4g} > "
+                f"{DIVERGENCE_FACTOR:g} x first loss {first_loss:.4f} (ln {num_classes}, the "
+                f"loss at initialisation); lower lr; the run goes on")
 
-    return finish(cfg, out_dir, meta or {}, st, model, splits, device, session_start, log)
+    return finish(cfg, out_dir, meta or {}, st, model, splits, device, session_start,
+                  divergence(st.history, first_loss), log)
 
 
 def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, model: PSRNN,
            splits: dict[str, SequenceSplit], device: torch.device, session_start: float,
-           log: Callable[[str], None]) -> dict[str, Any]:
+           diverged: dict[str, Any] | None, log: Callable[[str], None]) -> dict[str, Any]:
     """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json."""
     model.load_state_dict(st.best_model)
     test = evaluate(model, splits["test"], cfg, device)
@@ -601,7 +686,7 @@ def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, 
         "experiment": meta.get("experiment"), "config_name": meta.get("config_name"),
         "seed": cfg.seed, "point": meta.get("point"), "dataset": cfg.dataset,
         "test_acc": test["acc"], "best_valid_acc": st.best_valid_acc, "best_epoch": st.best_epoch,
-        "epochs_run": st.epoch, "stopped": st.stopped,
+        "epochs_run": st.epoch, "stopped": st.stopped, "diverged": diverged,
         "test_main_loss": test["main_loss"], "test_aux_loss": test["aux_loss"],
         "valid_main_loss": best["valid_main_loss"], "valid_aux_loss": best["valid_aux_loss"],
         "train_main_loss": last["train_main_loss"], "train_aux_loss": last["train_aux_loss"],
@@ -612,6 +697,7 @@ def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, 
         "config": cfg.to_dict(),
     }
     write_json(out_dir / "metrics.json", metrics)
+    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
     log(f"done: test acc {test['acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
-        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s)")
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})")
     return metrics
