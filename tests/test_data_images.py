@@ -8,6 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 import torch
+import yaml
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from psrnn import files
@@ -16,7 +17,7 @@ from psrnn.config import ConfigError
 from psrnn.data import load_split, read_manifest
 from psrnn.data import prepare as P
 from psrnn.data.download import download
-from psrnn.data.fixtures import write_fixtures
+from psrnn.data.fixtures import gzip_bytes, idx_bytes, tar_gz_bytes, write_fixtures
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +85,13 @@ def test_split_is_seeded(raw, tmp_path):
 def test_downsample_and_caps(raw, tmp_path):
     out = tmp_path / "p"
     m = P.prepare("mnist", raw["mnist"], out,
-                  {"downsample": 14, "valid_size": 200, "train": 50, "valid": 20, "test": 30})
+                  {"downsample": 14, "valid_size": 200, "train": 50, "valid": 40, "test": 40})
     te = load_split(out, "test")
-    assert m["counts"] == {"train": 50, "valid": 20, "test": 30}
-    assert tuple(te.x.shape) == (30, 196, 1) and m["steps"] == 196 and m["image_size"] == [14, 14]
-    full = idx(raw["mnist"] / "t10k-images-idx3-ubyte.gz", read_image_file, tmp_path)[:30].numpy()
-    blocks = full.reshape(30, 14, 2, 14, 2).astype(np.float64).mean(axis=(2, 4))  # 2 x 2 means
-    assert np.array_equal(te.x[:, :, 0].numpy().reshape(30, 14, 14), np.round(blocks).astype(np.uint8))
+    assert m["counts"] == {"train": 50, "valid": 40, "test": 40}
+    assert tuple(te.x.shape) == (40, 196, 1) and m["steps"] == 196 and m["image_size"] == [14, 14]
+    full = idx(raw["mnist"] / "t10k-images-idx3-ubyte.gz", read_image_file, tmp_path)[:40].numpy()
+    blocks = full.reshape(40, 14, 2, 14, 2).astype(np.float64).mean(axis=(2, 4))  # 2 x 2 means
+    assert np.array_equal(te.x[:, :, 0].numpy().reshape(40, 14, 14), np.round(blocks).astype(np.uint8))
     # the saved tensors hold only the kept rows (a view would save the whole storage)
     assert (out / "train.pt").stat().st_size < 50 * 196 + 20_000
 
@@ -120,16 +121,16 @@ def test_cifar10_downsample_keeps_colour_features(raw, tmp_path):
 
 def test_replacing_a_prepared_folder_leaves_no_leftovers(raw, tmp_path):
     out = tmp_path / "prepared" / "mnist"
-    P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 10})
     P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 20})
-    assert read_manifest(out)["counts"]["train"] == 20
+    P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 40})
+    assert read_manifest(out)["counts"]["train"] == 40
     assert [p.name for p in out.parent.iterdir()] == ["mnist"]
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "test.pt", "train.pt", "valid.pt"]
 
 
 def test_failure_while_writing_keeps_the_old_folder(raw, tmp_path, monkeypatch):
     out = tmp_path / "prepared" / "mnist"
-    P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 10})
+    P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 20})
     real = files.write_bytes
 
     def crash(target, data):
@@ -140,7 +141,7 @@ def test_failure_while_writing_keeps_the_old_folder(raw, tmp_path, monkeypatch):
     monkeypatch.setattr(files, "write_bytes", crash)
     with pytest.raises(KeyboardInterrupt):
         P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 30})
-    assert read_manifest(out)["counts"]["train"] == 10
+    assert read_manifest(out)["counts"]["train"] == 20
     assert [p.name for p in out.parent.iterdir()] == ["mnist"]
     with pytest.raises(KeyboardInterrupt):
         P.prepare("mnist", raw["mnist"], tmp_path / "new", {"valid_size": 100})
@@ -215,3 +216,129 @@ def test_cli_prepare_explicit_folders_and_set(raw, tmp_path, capsys):
     assert "fmnist: train 900, valid 300, test 300" in capsys.readouterr().out
     assert main(["prepare", "fmnist", "--raw", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "raw file not found" in capsys.readouterr().err
+
+
+# --- bad input: a class missing from an archive or a split, damaged prepared files -------
+
+
+def one_line_error(argv, capsys) -> str:
+    """Run the CLI; it must fail with exit 2 and one line on stderr (no traceback)."""
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_mnist_labels_without_a_class_are_refused(raw, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (bad / name).write_bytes((raw["mnist"] / name).read_bytes())
+    x = idx(raw["mnist"] / "train-images-idx3-ubyte.gz", read_image_file, tmp_path).numpy()
+    y = idx(raw["mnist"] / "train-labels-idx1-ubyte.gz", read_label_file, tmp_path).numpy()
+    keep = y != 7  # every training image of digit 7 lost
+    (bad / "train-images-idx3-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(x[keep])))
+    (bad / "train-labels-idx1-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(y[keep])))
+    line = one_line_error(["prepare", "mnist", "--raw", str(bad), "--out", str(tmp_path / "o"),
+                           "--set", "valid_size=100"], capsys)
+    assert line == (f"psrnn prepare: error: mnist: {bad / 'train-labels-idx1-ubyte.gz'} has no "
+                    f"train examples of class 7")
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
+
+
+def test_cifar_test_batch_without_a_class_is_refused(raw, tmp_path, capsys):
+    with tarfile.open(raw["cifar10"] / "cifar-10-python.tar.gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    name = "cifar-10-batches-py/test_batch"
+    test = pickle.loads(members[name], encoding="bytes")
+    keep = np.array(test[b"labels"]) != 3  # no cat left in the test set
+    test[b"data"] = test[b"data"][keep]
+    test[b"labels"] = [v for v, k in zip(test[b"labels"], keep) if k]
+    members[name] = pickle.dumps(test, protocol=2)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "cifar-10-python.tar.gz").write_bytes(tar_gz_bytes(members))
+    with pytest.raises(UserError) as err:
+        P.prepare("cifar10", bad, tmp_path / "o", {"valid_size": 100})
+    assert str(err.value) == (f"cifar10: {bad / 'cifar-10-python.tar.gz'}: {name} has no test "
+                              f"examples of class 3 (cat)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
+
+
+def test_a_cap_that_drops_a_class_names_the_split(raw, tmp_path, capsys):
+    out = tmp_path / "prepared" / "mnist"
+    P.prepare("mnist", raw["mnist"], out, {"valid_size": 200, "valid": 40})
+    before = (out / "valid.pt").read_bytes()
+    with pytest.raises(ConfigError, match=r"^prepare: mnist valid split \(20 sequences\) has no "
+                                          r"examples of classes 2, 6; make it larger "
+                                          r"\(options valid_size, valid\)$"):
+        P.prepare("mnist", raw["mnist"], out, {"valid_size": 200, "valid": 20})
+    line = one_line_error(["prepare", "mnist", "--raw", str(raw["mnist"]), "--out", str(out),
+                           "--set", "valid_size=200", "--set", "test=20"], capsys)
+    assert "mnist test split (20 sequences) has no examples of" in line and "(options test)" in line
+    # the folder prepared before is kept as it was, with no leftovers beside it
+    assert (out / "valid.pt").read_bytes() == before
+    assert [p.name for p in out.parent.iterdir()] == ["mnist"]
+
+
+@pytest.fixture()
+def prepared(raw, tmp_path):
+    """A small prepared MNIST folder at data/x/prepared/mnist, as a config would place it."""
+    out = tmp_path / "data" / "x" / "prepared" / "mnist"
+    P.prepare("mnist", raw["mnist"], out, {"downsample": 7, "valid_size": 100, "train": 60,
+                                            "test": 50})
+    return out
+
+
+RERUN = "re-run `python -m psrnn prepare mnist --config <suite.yaml>`"
+
+
+def test_truncated_split_file_is_named(prepared):
+    path = prepared / "train.pt"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(UserError) as err:
+        load_split(prepared, "train")
+    assert str(err.value).startswith(f"{path} is damaged (RuntimeError: ")
+    assert str(err.value).endswith(f"): {RERUN}") and "\n" not in str(err.value)
+    path.write_bytes(b"")
+    with pytest.raises(UserError, match=r"train.pt is damaged \(EOFError\): re-run"):
+        load_split(prepared, "train")
+    # a whole file of another split: readable, but not what the manifest counts
+    path.write_bytes((prepared / "valid.pt").read_bytes())
+    with pytest.raises(UserError, match=r"damaged \(100 sequences but manifest.json counts 60\)"):
+        load_split(prepared, "train")
+    assert len(load_split(prepared, "valid")) == 100  # the other splits still load
+
+
+def test_missing_split_file_is_named(prepared):
+    (prepared / "train.pt").unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        load_split(prepared, "train")
+    assert str(err.value) == f"prepared split not found: {prepared / 'train.pt'}: {RERUN}"
+
+
+def test_truncated_manifest_is_named(prepared):
+    path = prepared / "manifest.json"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(UserError) as err:
+        read_manifest(prepared)
+    assert str(err.value).startswith(f"{path} is damaged (JSONDecodeError: ")
+    assert str(err.value).endswith(f"): {RERUN}")
+    with pytest.raises(UserError, match="manifest.json is damaged"):
+        load_split(prepared, "test")
+    path.write_text('{"dataset": "mnist", "counts": {}}\n')  # JSON, but not a manifest
+    with pytest.raises(UserError, match=r"manifest.json is damaged \(no input, features, num_classes\)"):
+        read_manifest(prepared)
+
+
+def test_training_on_a_damaged_split_is_one_line(prepared, tmp_path, capsys):
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(yaml.safe_dump({"dataset": "mnist", "data_dir": str(prepared), "hidden": 4,
+                                        "window": 3, "anchors": 1, "max_epochs": 1,
+                                        "batch_size": 16, "progress": "plain"}))
+    path = prepared / "train.pt"
+    path.write_bytes(path.read_bytes()[:-200])
+    line = one_line_error(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")],
+                          capsys)
+    assert line.startswith(f"psrnn train: error: {path} is damaged (") and line.endswith(RERUN)
+    assert not (tmp_path / "run").exists()

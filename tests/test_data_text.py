@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from psrnn import config as C
+from psrnn import files
 from psrnn import workflow as W
 from psrnn.cli import UserError, main
 from psrnn.config import ConfigError
@@ -209,3 +210,65 @@ def test_text_split_is_seeded_and_bytes_are_stable(raw, tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     va, vc = load_split(tmp_path / "a", "valid"), load_split(tmp_path / "c", "valid")
     assert len(va) == len(vc) == 60 and not torch.equal(va.x, vc.x)
+
+
+# --- bad input: a class missing from an archive or a split -------------------------------
+
+
+def one_line_error(argv, capsys) -> str:
+    """Run the CLI; it must fail with exit 2 and one line on stderr (no traceback)."""
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def archive_members(path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_imdb_archive_without_test_pos_is_refused(raw, tmp_path, capsys):
+    # the issue's case: a re-packed tarball that lost aclImdb/test/pos/, downloaded with
+    # the user's own md5 (so the download accepts it), used to prepare a one-class test set
+    members = archive_members(raw["imdb"] / "aclImdb_v1.tar.gz")
+    members = {n: b for n, b in members.items() if not n.startswith("aclImdb/test/pos/")}
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "aclImdb_v1.tar.gz").write_bytes(tar_gz_bytes(members))
+    (mirror / "MD5SUMS").write_text(f"{files.md5sum(mirror / 'aclImdb_v1.tar.gz')}  aclImdb_v1.tar.gz\n")
+    bad = tmp_path / "raw"
+    download("imdb", bad, {"local_dir": str(mirror), "md5": str(mirror / "MD5SUMS"),
+                           "official": False}, log=lambda m: None)
+    out = tmp_path / "prepared"
+    line = one_line_error(["prepare", "imdb", "--raw", str(bad), "--out", str(out), "--set",
+                           "min_chars=300", "--set", "max_length=200", "--set", "valid_size=40"],
+                          capsys)
+    assert line == (f"psrnn prepare: error: imdb: {bad / 'aclImdb_v1.tar.gz'}: "
+                    "aclImdb/test/{neg,pos}/*.txt has no test examples of class 1 (pos)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "raw"]
+
+
+def test_dbpedia_csv_without_a_class_is_refused(raw, tmp_path):
+    members = archive_members(raw["dbpedia"] / "dbpedia_csv.tar.gz")
+    rows = members["dbpedia_csv/test.csv"].decode().splitlines(keepends=True)
+    members["dbpedia_csv/test.csv"] = "".join(r for r in rows if not r.startswith("14,")).encode()
+    (tmp_path / "dbpedia_csv.tar.gz").write_bytes(tar_gz_bytes(members))
+    with pytest.raises(UserError) as err:
+        P.prepare("dbpedia", tmp_path, tmp_path / "o", {"valid_size": 140})
+    assert str(err.value) == (f"dbpedia: {tmp_path / 'dbpedia_csv.tar.gz'}: dbpedia_csv/test.csv "
+                              "has no test examples of class 13 (WrittenWork)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dbpedia_csv.tar.gz"]
+
+
+def test_text_split_too_small_for_every_class_is_named(raw, tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"^prepare: dbpedia valid split \(10 sequences\) has no "
+                                          r"examples of classes .*; make it larger "
+                                          r"\(options valid_size\)$"):
+        P.prepare("dbpedia", raw["dbpedia"], tmp_path / "d", {"valid_size": 10})
+    # a text split names min_chars too: the length filter can empty a class as well
+    line = one_line_error(["prepare", "imdb", "--raw", str(raw["imdb"]), "--out",
+                           str(tmp_path / "i"), "--set", "valid_size=40", "--set", "test=1"], capsys)
+    assert "imdb test split (1 sequences) has no examples of class" in line
+    assert line.endswith("make it larger (options test, min_chars)")
+    assert list(tmp_path.iterdir()) == []

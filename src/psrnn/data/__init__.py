@@ -18,15 +18,20 @@ instead of ~17 GB of float one-hot); the model expands indices on the fly.
 `manifest.json` keys used by training: "input" ("continuous" | "categorical"),
 "features" (values per step, or alphabet size for categorical), "num_classes",
 "scale" (continuous: x / scale gives the model's input, 255 for 8-bit images).
+A truncated or overwritten manifest or split file is a `UserError` naming the file and
+the `prepare` command that rewrites it.
 """
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from psrnn.cli import UserError
 from psrnn.files import read_json
 
 SPLITS = ("train", "valid", "test")
@@ -72,23 +77,78 @@ class SequenceSplit:
         return x, lengths, y
 
 
+# keys training reads from every manifest (see the module docstring)
+MANIFEST_KEYS = ("input", "features", "num_classes")
+# what torch.load raises on a truncated or overwritten file (most truncations: OSError
+# "[Errno 22] Invalid argument" or RuntimeError from the zip reader; an empty file: EOFError)
+LOAD_ERRORS = (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError,
+               zipfile.BadZipFile)
+
+
 def read_manifest(prepared_dir: str | Path) -> dict:
+    """manifest.json of a prepared folder; a damaged one is a `UserError` naming it."""
     path = Path(prepared_dir) / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(f"prepared dataset not found: {path} "
                                 f"(run `python -m psrnn prepare <dataset> --config ...` first)")
-    return read_json(path)
+    try:
+        manifest = read_json(path)
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise damaged(path, Path(prepared_dir).name, reason(err)) from None
+    if not isinstance(manifest, dict):
+        raise damaged(path, Path(prepared_dir).name, "not a JSON object")
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise damaged(path, manifest.get("dataset") or Path(prepared_dir).name,
+                      f"no {', '.join(missing)}")
+    return manifest
 
 
 def load_split(prepared_dir: str | Path, split: str) -> SequenceSplit:
     """Load one split written by `prepare` (see the module docstring for the format)."""
     manifest = read_manifest(prepared_dir)
+    dataset = manifest.get("dataset") or Path(prepared_dir).name
     path = Path(prepared_dir) / f"{split}.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"prepared split not found: {path}")
-    d = torch.load(path, map_location="cpu", weights_only=True)
+        raise FileNotFoundError(f"prepared split not found: {path}: {rerun(dataset)}")
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except LOAD_ERRORS as err:
+        raise damaged(path, dataset, reason(err)) from None
+    problem = split_problem(d, manifest.get("counts", {}).get(split))
+    if problem:
+        raise damaged(path, dataset, problem)
     return SequenceSplit(
         x=d["x"], y=d["y"], offsets=d.get("offsets"),
         categorical=manifest["input"] == "categorical",
         scale=float(manifest.get("scale", 1.0)),
     )
+
+
+def split_problem(d: object, count: int | None) -> str | None:
+    """What makes `d` not a prepared split (None: nothing); `count`: the manifest's size."""
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), torch.Tensor) for k in ("x", "y")):
+        return "not a dict with tensors x and y"
+    n = len(d["y"])
+    if count is not None and n != count:
+        return f"{n} sequences but manifest.json counts {count}"
+    offsets = d.get("offsets")
+    if offsets is not None and (len(offsets) != n + 1 or int(offsets[-1]) != len(d["x"])):
+        return f"offsets do not index x ({len(offsets)} offsets, {len(d['x'])} symbols)"
+    if offsets is None and len(d["x"]) != n:
+        return f"{len(d['x'])} sequences in x but {n} labels"
+    return None
+
+
+def rerun(dataset: str) -> str:
+    return f"re-run `python -m psrnn prepare {dataset} --config <suite.yaml>`"
+
+
+def reason(err: BaseException) -> str:
+    """One short line for an exception (torch's and pickle's messages run to paragraphs)."""
+    text = str(err).strip().split("\n")[0].split(". ")[0][:120]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def damaged(path: Path, dataset: str, why: str) -> UserError:
+    return UserError(f"{path} is damaged ({why}): {rerun(dataset)}")

@@ -20,6 +20,8 @@ What the paper's Table 1 describes, with our readings of its open points:
 Images are stored as raw uint8 (scale 255); texts as ragged uint8 symbol indices.
 Text test sets are shuffled with the split seed (the upstream files are sorted by class,
 so a first-N `test` cap would otherwise keep a single class).
+Every class must have examples in the official train and test sets and in each prepared
+split (a cap or the length filter that empties a class stops `prepare`, naming the split).
 The whole folder is written under a temporary name and renamed into place at the end.
 """
 
@@ -41,7 +43,7 @@ from psrnn import __version__, files
 from psrnn.cli import UserError
 from psrnn.config import ConfigError
 from psrnn.data import SPLITS
-from psrnn.data.readers import READERS, RawData, RawSplit
+from psrnn.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.data.sources import source
 
 IMAGES = ("mnist", "fmnist", "cifar10")
@@ -280,6 +282,28 @@ def prepare_texts(raw: RawData, opts: dict[str, Any]) -> tuple[dict[str, dict], 
                  "filtered": filtered}
 
 
+# the options that size each prepared split (for the message when one is too small)
+SIZE_OPTIONS = {"train": ("train_size", "valid_size", "train", "min_chars"),
+                "valid": ("valid_size", "train_size", "valid", "min_chars"),
+                "test": ("test", "min_chars")}
+
+
+def check_splits(dataset: str, splits: dict[str, dict], classes: list[str],
+                 opts: dict[str, Any]) -> None:
+    """Each prepared split is non-empty and holds every class: a class that a small cap
+    or the length filter removed would make its accuracy mean something else."""
+    for split in SPLITS:
+        y = splits[split]["y"]
+        keys = ", ".join(k for k in SIZE_OPTIONS[split] if opts.get(k))
+        options = f" (options {keys})" if keys else ""
+        if len(y) == 0:
+            raise ConfigError(f"prepare: {dataset} {split} split is empty{options}")
+        missing = missing_classes(y, classes)
+        if missing:
+            raise ConfigError(f"prepare: {dataset} {split} split ({len(y)} sequences) has no "
+                              f"examples of {missing}; make it larger{options}")
+
+
 def source_md5s(dataset: str, raw_dir: Path) -> dict[str, str]:
     """md5 of each upstream file; must match download.json when the folder has one."""
     from psrnn.data.download import MARKER
@@ -307,12 +331,10 @@ def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
     opts = resolve_options(dataset, options)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     sources = source_md5s(dataset, raw_dir)
-    raw = READERS[dataset](raw_dir)
+    raw = read_raw(dataset, raw_dir)
     build = prepare_images if dataset in IMAGES else prepare_texts
     splits, fields = build(raw, opts)
-    for split, d in splits.items():
-        if len(d["y"]) == 0:
-            raise ConfigError(f"prepare: {dataset} {split} split is empty")
+    check_splits(dataset, splits, raw.classes, opts)
     lengths = {s: (d["offsets"][1:] - d["offsets"][:-1]) if "offsets" in d
                else torch.full((len(d["y"]),), d["x"].shape[1]) for s, d in splits.items()}
     manifest = {

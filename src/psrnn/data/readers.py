@@ -4,8 +4,10 @@
 
 Each reader returns a `RawData` (official train and test sets, class names) and raises
 `UserError` naming the archive (and the member or line) when a file is missing,
-truncated or not in the expected format. Nothing here splits, filters or encodes;
-that is `prepare.py`.
+truncated or not in the expected format. `read_raw` runs one and then checks, for every
+dataset alike, that each class has examples in both official sets: an archive that lost
+a folder or a batch must not prepare into a one-class split. Nothing here splits,
+filters or encodes; that is `prepare.py`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class RawSplit:
     x: Any  # images: uint8 tensor (N, H, W, C); texts: list[str]
     y: torch.Tensor  # int64 (N,)
     ids: list[str] | None = None  # texts: where each came from (archive member / csv line)
+    source: str = ""  # the file (and members) it was read from, for messages
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
@@ -90,7 +93,8 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
                                 f"has {len(y)} labels")
             if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
                 raise UserError(f"{paths[labels]}: labels outside 0..{len(classes) - 1}")
-            splits[split] = RawSplit(x.unsqueeze(-1).contiguous(), y.long())  # (N, H, W, 1)
+            splits[split] = RawSplit(x.unsqueeze(-1).contiguous(), y.long(),  # (N, H, W, 1)
+                                     source=str(paths[labels]))
     return RawData(splits["train"], splits["test"], classes)
 
 
@@ -151,7 +155,9 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
         y = torch.from_numpy(np.concatenate(ys))
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
             raise UserError(f"{path}: labels outside 0..{len(classes) - 1}")
-        return RawSplit(torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))), y)
+        where = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+        return RawSplit(torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))), y,
+                        source=f"{path}: {CIFAR_DIR}/{where}")
 
     return RawData(batches(CIFAR_TRAIN), batches(["test_batch"]), classes)
 
@@ -201,7 +207,7 @@ def _text_split(path: Path, rows: list[tuple[int, int, str, str]], pattern: str)
         raise UserError(f"{path}: no reviews matching {pattern}")
     rows.sort()
     return RawSplit([r[3] for r in rows], torch.tensor([r[0] for r in rows], dtype=torch.int64),
-                    [r[2] for r in rows])
+                    [r[2] for r in rows], source=f"{path}: {pattern}")
 
 
 # --- DBpedia: dbpedia_csv/{train,test}.csv, classes.txt ----------------------------------
@@ -244,7 +250,7 @@ def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> Ra
             raise UserError(f"{path}: {bad[0][2]}: class {bad[0][0] + 1} outside 1..{len(classes)}")
         splits[split] = RawSplit([r[1] for r in rows],
                                  torch.tensor([r[0] for r in rows], dtype=torch.int64),
-                                 [r[2] for r in rows])
+                                 [r[2] for r in rows], source=f"{path}: {DBPEDIA_DIR}/{split}.csv")
     return RawData(splits["train"], splits["test"], classes)
 
 
@@ -267,3 +273,26 @@ READERS: dict[str, Callable[[Path], RawData]] = {
     "imdb": read_imdb,
     "dbpedia": read_dbpedia,
 }
+
+
+def read_raw(dataset: str, raw_dir: str | Path) -> RawData:
+    """READERS[dataset], then `check_classes`: what `prepare` reads."""
+    raw = READERS[dataset](Path(raw_dir))
+    check_classes(dataset, raw)
+    return raw
+
+
+def check_classes(dataset: str, raw: RawData) -> None:
+    """Every class has at least one example in the official train and in the test set."""
+    for split, data in (("train", raw.train), ("test", raw.test)):
+        missing = missing_classes(data.y, raw.classes)
+        if missing:
+            raise UserError(f"{dataset}: {data.source} has no {split} examples of {missing}")
+
+
+def missing_classes(y: torch.Tensor, classes: list[str]) -> str:
+    """'class 1 (pos)' / 'classes 3 (cat), 5 (dog)' for the classes without a label in y; '' if none."""
+    counts = torch.bincount(y, minlength=len(classes))
+    absent = [str(c) if name == str(c) else f"{c} ({name})"
+              for c, name in enumerate(classes) if counts[c] == 0]
+    return f"class{'es' if len(absent) > 1 else ''} {', '.join(absent)}" if absent else ""
