@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,39 @@ def test_torch_save_is_byte_stable(tmp_path):
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
     back = torch.load(tmp_path / "a.pt", weights_only=True)
     assert torch.equal(back["w"], obj["w"]) and back["step"] == 3
+
+
+SMALL = Path(__file__).resolve().parents[1] / "config" / "small.yaml"
+TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", "run"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (TRAIN + ["--set", "lr=fast"], "lr: 'fast' is not of type 'number'"),
+    (TRAIN + ["--set", "hidden=abc"], "hidden: 'abc' is not of type 'integer'"),
+    (TRAIN + ["--set", "device=gpu"],
+     "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps"),
+    (TRAIN + ["--seed", "-1"], "seed: -1 is not a seed: expected an integer from 0 to 4294967295"),
+    (TRAIN + ["--seed", str(2**64)], f"seed: {2**64} is not a seed"),
+    (TRAIN + ["--set", "tasks=[rec"], "--set 'tasks=[rec': expected ',' or ']'"),
+    (["config", "syntax.yaml"], "syntax.yaml:2:6: mapping values are not allowed here"),
+    (["config", "duplicate.yaml"], "duplicate.yaml:3:1: duplicate key 'name' (first on line 2)"),
+    (["config", "extends.yaml"], "extends.yaml: extends: nope.yaml: file not found ("),
+    (["config", "grid.yaml"], "grid.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'"),
+    (["config", "seeds.yaml"], "seeds.yaml: seeds[1]: 4294967296 is not a seed"),
+])
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    inputs = {
+        "syntax.yaml": "name: x\n  bad: [\n",
+        "duplicate.yaml": f"extends: {SMALL}\nname: a\nname: b\n",
+        "extends.yaml": "extends: nope.yaml\n",
+        "grid.yaml": f"extends: {SMALL}\nexperiments: {{mnist_gru: {{grid: {{lr: [0.01, fast]}}}}}}\n",
+        "seeds.yaml": f"extends: {SMALL}\nseeds: [0, 4294967296]\n",
+    }
+    for name, text in inputs.items():
+        (tmp_path / name).write_text(text)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"psrnn {argv[0]}: error: ")
+    assert message in err[0]
+    assert sorted(os.listdir(tmp_path)) == sorted(inputs)  # no run folder, results/ or data/

@@ -246,3 +246,151 @@ def test_unknown_init_or_optimizer_is_named(key, value):
     cfg = paper_raw()
     cfg["defaults"][key] = value
     assert key in error_of(cfg)
+
+
+# --- every committed file reads as before ----------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted((C.ROOT / "config").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
+    """Suite configs validate; every file reads exactly as PyYAML's own loader reads it,
+    because Snakemake (`configfile:`) and results/collect.py read them with that one."""
+    assert C.read_yaml(path) == yaml.safe_load(path.read_text())
+    raw = C.load_yaml(path)
+    if "experiments" in raw:
+        cfg = C.load_suite(path)
+        for name, exp in cfg["experiments"].items():
+            for point, _ in C.grid_points(exp):
+                C.resolve_run(cfg, name, cfg["seeds"][0], point=None if point == "default" else point)
+
+
+# --- numbers with an exponent ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,value", [
+    ("1e-3", 0.001), ("1e6", 1e6), ("1E+3", 1000.0), ("-2.5e-2", -0.025), ("1.5e3", 1500.0),
+    (".5e1", 5.0), ("0.05", 0.05), ("10", 10), ("1_000", 1000), ("1e", "1e"), ("e5", "e5"),
+    ("0x1e", 30), ("true", True), ("abc", "abc"),
+])
+def test_set_values_read_yaml_1_2_exponents(text, value):
+    """1e-3 is a float as YAML 1.2 and Python read it; everything else as PyYAML reads it."""
+    got = C.parse_set([f"x={text}"])["x"]
+    assert got == value and type(got) is type(value)
+
+
+def test_exponent_floats_in_a_config_file(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        f"extends: {SMALL}\ndefaults: {{lr: 1e-3, weight_decay: 5E-4}}\n"
+        "experiments: {mnist_gru: {grid: {lr: [1e-2, 1e-1]}}}\n")
+    cfg = C.load_suite(tmp_path / "s.yaml")
+    run = C.resolve_run(cfg, "mnist_gru", 0, point="lr-0.01")
+    assert (run.lr, run.weight_decay) == (0.01, 0.0005)
+    assert cfg["defaults"]["lr"] == 0.001
+    overrides = C.parse_set(["lr=1e-3", "max_epochs=3"])
+    assert C.resolve_run(cfg, "mnist_gru", 0, overrides=overrides).lr == 0.001
+
+
+# --- wrong types and ranges: the key named, before anything compares them ---------------------
+
+
+@pytest.mark.parametrize("item,message", [
+    ("hidden=abc", "hidden: 'abc' is not of type 'integer'"),
+    ("hidden=1e2", "hidden: 100.0 is not of type 'integer'"),  # a float is not a layer size
+    ("lr=fast", "lr: 'fast' is not of type 'number'"),
+    ("lr=0", "lr: 0 is less than or equal to the minimum of 0"),
+    ("tasks=rec", "tasks: 'rec' is not of type 'array'"),
+    ("device=gpu", "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps"),
+])
+def test_bad_set_values_are_named(item, message):
+    cfg = C.load_suite(SMALL)
+    with pytest.raises(C.ConfigError) as exc:
+        C.resolve_run(cfg, "mnist_gru", 0, overrides=C.parse_set([item]))
+    assert str(exc.value) == message
+
+
+def test_bad_set_yaml_is_named():
+    with pytest.raises(C.ConfigError, match=r"^--set 'tasks=\[rec': expected ',' or '\]'"):
+        C.parse_set(["tasks=[rec"])
+
+
+def test_wrong_grid_value_is_named_with_its_position():
+    cfg = paper_raw()
+    cfg["experiments"]["mnist_gru"]["grid"] = {"lr": [0.01, "fast"]}
+    assert error_of(cfg) == "test.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'"
+    cfg["experiments"]["mnist_gru"]["grid"] = {"hidden": [8, 0]}
+    assert error_of(cfg) == "test.yaml: experiments.mnist_gru.grid.hidden[1]: 0 is less than the minimum of 1"
+    cfg["experiments"]["mnist_gru"]["grid"] = {"seed": [1, 2]}  # not a run setting a grid may vary
+    assert "experiments.mnist_gru.grid" in error_of(cfg) and "'seed'" in error_of(cfg)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64, 1.0, "0"])
+def test_seeds_outside_numpys_range_are_named(seed):
+    cfg = paper_raw()
+    cfg["seeds"] = [0, seed]
+    assert error_of(cfg) == (f"test.yaml: seeds[1]: {seed!r} is not a seed: "
+                             f"expected an integer from 0 to 4294967295 (2**32 - 1)")
+    with pytest.raises(C.ConfigError, match=r"^seed: .* is not a seed"):  # train --seed
+        C.resolve_run(C.load_suite(SMALL), "mnist_gru", seed)
+
+
+def test_largest_seed_is_accepted():
+    cfg = paper_raw()
+    cfg["seeds"] = [0, 2**32 - 1]
+    C.validate_suite(cfg)
+    assert C.resolve_run(C.load_suite(SMALL), "mnist_gru", 2**32 - 1).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:12", "mps"])
+def test_devices_training_runs_on_are_accepted(device):
+    cfg = paper_raw()
+    cfg["defaults"]["device"] = device
+    C.validate_suite(cfg)
+
+
+@pytest.mark.parametrize("device", ["gpu", "CPU", "cuda:", "cuda:x", "cuda0", "meta", 0])
+def test_other_devices_are_named_with_the_accepted_forms(device):
+    cfg = paper_raw()
+    cfg["defaults"]["device"] = device
+    assert error_of(cfg) == (f"test.yaml: defaults.device: {device!r} is not a device: "
+                             "expected auto, cpu, cuda, cuda:N or mps")
+
+
+# --- YAML mistakes: file, line and column ------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,message", [
+    ("name: x\n  bad: [\n", "2:6: mapping values are not allowed here"),
+    ("name: x\nseeds: [0\n",
+     "3:1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
+    ("name: x\n\tseeds: [0]\n", "2:1: found character '\\t' that cannot start any token"),
+    ("name: a\nseeds: [0]\nname: b\n", "3:1: duplicate key 'name' (first on line 1)"),
+    ("defaults:\n  lr: 0.1\n  hidden: 3\n  lr: 1e-3\n", "4:3: duplicate key 'lr' (first on line 2)"),
+    ("defaults: {lr: 0.1, lr: 0.2}\n", "1:21: duplicate key 'lr' (first on line 1)"),
+])
+def test_yaml_mistakes_name_file_line_and_column(tmp_path, text, message):
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    with pytest.raises(C.ConfigError) as exc:
+        C.load_suite(path)
+    assert str(exc.value).startswith(f"{path}:{message}")
+    assert "\n" not in str(exc.value)
+
+
+def test_yaml_mistake_in_an_extended_file_names_that_file(tmp_path):
+    (tmp_path / "base.yaml").write_text("name: b\nseeds: [0\n")
+    (tmp_path / "over.yaml").write_text("extends: base.yaml\nname: o\n")
+    with pytest.raises(C.ConfigError, match=f"^{tmp_path / 'base.yaml'}:3:1: expected"):
+        C.load_yaml(tmp_path / "over.yaml")
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    (tmp_path / "m.yaml").write_text("base: &b {lr: 0.1, hidden: 8}\nrun:\n  <<: *b\n  lr: 0.2\n")
+    assert C.load_yaml(tmp_path / "m.yaml")["run"] == {"lr": 0.2, "hidden": 8}
+
+
+def test_missing_extends_file_names_both_files(tmp_path):
+    (tmp_path / "c.yaml").write_text("extends: nope.yaml\n")
+    with pytest.raises(C.ConfigError) as exc:
+        C.load_yaml(tmp_path / "c.yaml")
+    assert str(exc.value) == (f"{tmp_path / 'c.yaml'}: extends: nope.yaml: "
+                              f"file not found ({tmp_path / 'nope.yaml'})")

@@ -56,10 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     finally:
         sys.argv = saved
-    from psrnn.config import ConfigError
-
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
-    except (UserError, ConfigError, FileNotFoundError) as err:
+    except (UserError, FileNotFoundError) as err:  # psrnn.config.ConfigError is a UserError
         print(f"psrnn {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -7,11 +7,15 @@ A *suite config* (`config/small.yaml`, `config/paper.yaml`) names the datasets, 
 the defaults and the experiments; it is validated against `config/schema.yaml` (JSON
 Schema 2020-12) before anything runs. Every experiment resolves, per seed, to one flat
 `RunConfig`: defaults < experiment < selected grid point < command-line `--set`.
+
+Config files and `--set` values are read by `ConfigLoader`: YAML as PyYAML reads it, except
+that 1e-3 is a number (as in YAML 1.2) and a repeated key is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import re
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from psrnn.cli import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "config" / "schema.yaml"
@@ -30,8 +36,8 @@ OPTIMIZERS = ("sgdr", "adamwr", "adam")
 INITS = ("torch", "orthogonal", "chrono")
 
 
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the key."""
+class ConfigError(UserError, ValueError):
+    """A config value is missing or wrong; the message names the key (or file:line:column)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class RunConfig:
     clip: float = 1.0  # max global gradient norm (0 = off)
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0
-    device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
+    device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N" | "mps"
     capture_epochs: tuple[int, ...] = ()  # record h_1..h_n after these many training epochs (Figure 3); 0 = at initialisation
     capture_samples: int = 1  # how many test sequences are recorded
     progress: str = "auto"  # "auto" (bar on a terminal, plain lines otherwise) | "bar" | "plain"
@@ -98,6 +104,12 @@ def coerce_run(values: dict[str, Any]) -> RunConfig:
     unknown = sorted(set(values) - set(RUN_FIELDS))
     if unknown:
         raise ConfigError(f"unknown run setting(s): {', '.join(unknown)}")
+    # types and ranges first, by the schema the suite configs are checked against, so
+    # that `--set hidden=abc` is named here rather than failing a comparison below
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    _raise_first_error(_validator("run"), {k: v for k, v in plain.items() if k != "seed"})
+    if "seed" in plain:
+        _raise_first_error(_validator("seed"), plain["seed"], root="seed")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     cfg = RunConfig(**kw)
     check_run(cfg)
@@ -146,8 +158,69 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.load(value, Loader=ConfigLoader)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {item!r}: {_yaml_problem(err)}") from None
     return out
+
+
+# --- reading YAML ------------------------------------------------------------------------
+
+# YAML 1.1 (PyYAML) reads 1e-3 and 1e6 as strings: a float needs a dot and a signed
+# exponent there. This is its float pattern with YAML 1.2's exponents added.
+FLOAT_PATTERN = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that reads 1e-3, 1e6 and 1E+3 as floats and refuses a mapping
+    that repeats a key (the later value would silently win). Config files and --set."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` keys are meant to be overridden
+            key = self.construct_object(key_node, deep=True)
+            try:
+                mark = first.setdefault(key, key_node.start_mark)
+            except TypeError:
+                continue  # unhashable: construct_mapping below says so
+            if mark is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {mark.line + 1})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, FLOAT_PATTERN if tag == FLOAT_TAG else regexp) for tag, regexp in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line, without the position."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem is None:
+        return " ".join(str(err).split())
+    context = f" ({err.context})" if err.context else ""
+    return f"{err.problem}{context}"
+
+
+def read_yaml(path: Path) -> Any:
+    """One YAML file; a syntax error is a ConfigError `file:line:column: problem`."""
+    try:
+        with path.open("rb") as fh:  # bytes: PyYAML decodes UTF-8/16 whatever the locale
+            return yaml.load(fh, Loader=ConfigLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: {_yaml_problem(err)}") from None
 
 
 # --- suite configs -----------------------------------------------------------------------
@@ -161,16 +234,19 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     base = data.pop("extends", None)
     if base is None:
         return data
-    parent = (path.parent / str(base)).resolve()
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: extends: expected a file name, got {base!r}")
+    parent = (path.parent / base).resolve()
     if parent in _seen:
         raise ConfigError(f"{path}: extends: {base}: circular")
+    if not parent.is_file():
+        raise ConfigError(f"{path}: extends: {base}: file not found ({parent})")
     return _merge(load_yaml(parent, (*_seen, path.resolve())), data)
 
 
@@ -190,15 +266,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
 
     Raises ConfigError naming the offending key (e.g. `experiments.mnist_ps.shared`).
     """
-    import jsonschema
-
-    schema = load_yaml(SCHEMA_PATH)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ConfigError(f"{source}: {key}: {e.message}")
+    _raise_first_error(_validator(), cfg, source=source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
             raise ConfigError(f"{source}: experiments.{name}.dataset: "
@@ -212,6 +280,47 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
                 raise ConfigError(f"{source}: experiments.{name}: {err}") from None
             check_window(cfg, name, run, source)
     return cfg
+
+
+def suite_schema() -> dict[str, Any]:
+    """config/schema.yaml, with `#/$defs/grid` given one property per run setting: a list
+    whose items are checked as that setting is (so a wrong grid value is named before
+    any grid point is built)."""
+    schema = load_yaml(SCHEMA_PATH)
+    defs = schema["$defs"]
+    defs["grid"]["properties"] = {
+        key: {"type": "array", "minItems": 1, "items": {"$ref": f"#/$defs/run/properties/{key}"}}
+        for key in defs["run"]["properties"] if key not in EXPERIMENT_META}
+    return schema
+
+
+@functools.cache
+def _validator(definition: str | None = None) -> Any:
+    """A JSON Schema validator of a whole suite config, or of one of its `$defs` (run,
+    seed). "integer" is strict: 64.0 (or 1e2) is not an integer, as Python sees it."""
+    import jsonschema
+
+    schema = suite_schema()
+    if definition is not None:
+        schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def _raise_first_error(validator: Any, instance: Any, source: str = "", root: str = "") -> None:
+    """ConfigError `[source: ]key: message` for the first error in key order, if any. A
+    schema entry's `errorMessage` replaces jsonschema's (e.g. the accepted device names)."""
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return
+    e = errors[0]
+    key = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
+    custom = e.schema.get("errorMessage") if isinstance(e.schema, dict) else None
+    message = f"{e.instance!r} {custom}" if custom else e.message
+    prefix = f"{source}: " if source else ""
+    raise ConfigError(f"{prefix}{key.lstrip('.') or '(top level)'}: {message}")
 
 
 def min_length(cfg: dict[str, Any], dataset: str) -> int:
