@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,8 +27,8 @@ from psrnn import config as C
 from psrnn.cli import main
 from psrnn.results import output_paths, report, tables
 from psrnn.results.collect import gather, load_reference, manifest_stats
-from psrnn.results.fmt import DASH, SMALL_LABEL
-from psrnn.results.stats import paired, summarize, verdict
+from psrnn.results.fmt import DASH, SMALL_LABEL, ci
+from psrnn.results.stats import LOSS, PERCENT, PP, WIDE_PP, bounded, paired, summarize, verdict
 
 T975_2 = 4.302652729911275  # t quantile 0.975 with 2 degrees of freedom (3 seeds)
 T975_1 = 12.706204736174707  # ... with 1 degree of freedom (2 seeds)
@@ -198,6 +199,32 @@ def test_summary_mean_std_and_t_interval_by_hand():
     assert summarize([]).n == 0 and summarize([None, float("nan")]).n == 0
 
 
+def test_accuracy_interval_from_two_seeds_is_clipped_at_100_and_flagged():
+    # 95 % and 99 %: mean 97, std 4 / sqrt(2), t-interval 97 +- 12.71 * 2 = [71.59, 122.41]
+    raw = summarize([0.95, 0.99], scale=100.0)
+    assert raw.ci_high == pytest.approx(97.0 + 2 * T975_1) and not raw.uninformative
+    acc = bounded(raw, *PERCENT, wide=WIDE_PP)
+    assert (acc.n, acc.mean, acc.std) == (raw.n, raw.mean, raw.std)  # only the interval changes
+    assert acc.ci_low == pytest.approx(97.0 - 2 * T975_1) and acc.ci_high == 100.0
+    assert acc.clipped and acc.wide and acc.uninformative
+    assert ci(acc) == "[71.59, 100.00]†‡"
+    # inside 0-100 but 25.4 pp wide: flagged, not clipped
+    wide = bounded(summarize([0.50, 0.52], scale=100.0), *PERCENT, wide=WIDE_PP)
+    assert (wide.ci_low, wide.ci_high) == (pytest.approx(51 - T975_1), pytest.approx(51 + T975_1))
+    assert wide.wide and not wide.clipped and ci(wide) == "[38.29, 63.71]†"
+    # 3 seeds 2 pp apart: 9.94 pp wide, just informative
+    ok = bounded(summarize([0.90, 0.92, 0.94], scale=100.0), *PERCENT, wide=WIDE_PP)
+    assert not ok.uninformative and ci(ok) == "[87.03, 96.97]"
+    # a loss is cut at 0 and has no width limit; a difference of accuracies at -100 pp
+    loss = bounded(summarize([0.05, 0.15]), *LOSS)
+    assert loss.ci_low == 0.0 and loss.ci_high == pytest.approx(0.1 + T975_1 * 0.05)
+    assert ci(loss, 3) == "[0.000, 0.735]‡"
+    diff = bounded(summarize([-0.90, -0.10], scale=100.0), *PP, wide=WIDE_PP)  # -50 +- 40 * 12.71
+    assert (diff.ci_low, diff.ci_high) == (-100.0, 100.0) and ci(diff) == "[-100.00, 100.00]†‡"
+    one = summarize([0.99], scale=100.0)
+    assert bounded(one, *PERCENT, wide=WIDE_PP) == one and ci(one) == DASH
+
+
 def test_paired_difference_uses_common_seeds_only():
     diff, seeds = paired({0: 0.95, 1: 0.96, 2: 0.98}, {0: 0.90, 1: 0.92, 2: 0.94, 5: 0.1}, 100.0)
     assert seeds == [0, 1, 2]
@@ -248,6 +275,31 @@ def test_table2_numbers_and_missing_rows(tmp_path):
     header = csv_lines[0].split(",")
     fm_line = next(line for line in csv_lines if ",table2/fmnist/gru," in line).split(",")
     assert fm_line[header.index("acc_mean")] == "" and fm_line[header.index("paper_acc")] == "90.5"
+
+
+def test_two_seed_interval_is_clipped_and_flagged_in_table2_and_the_report(tmp_path):
+    """mnist_full: 93 % and 95 %, t-interval 94 +- 12.71 = [81.29, 106.71] -> cut at 100."""
+    s = load(tmp_path, make_suite(tmp_path))
+    t = tables.table2(s)
+    full, gru = row(t, ref="table2/mnist/full-rec-a1"), row(t, ref="table2/mnist/gru")
+    assert full["acc_ci_low"] == pytest.approx(94.0 - T975_1) and full["acc_ci_high"] == 100.0
+    assert full["acc_ci_clipped"] and full["acc_ci_uninformative"]
+    assert not gru["acc_ci_clipped"] and not gru["acc_ci_uninformative"]  # 3 seeds, 9.94 pp wide
+    csv_lines = tables.to_csv(t, s).splitlines()
+    header = csv_lines[0].split(",")
+    cells = next(x for x in csv_lines if ",mnist_full," in x).split(",")
+    assert [cells[header.index(k)] for k in ("acc_ci_high", "acc_ci_clipped", "acc_ci_uninformative")] == \
+        ["100", "true", "true"]
+    assert "cut to [0, 100] (acc_ci_clipped)" in tables.to_markdown(t, s)
+
+    text = report.report_markdown(s, [])
+    line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/full-rec-a1 accuracy"))
+    assert "| 94.00 ± 1.41 | [81.29, 100.00]†‡ | 2 |" in line
+    assert "| [87.03, 96.97] | 3 |" in next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru acc"))
+    table2_part = text.split("### Table 2")[1].split("### Table 4")[0]
+    assert "with t = 12.71 for n = 2, 4.30 for n = 3: few seeds give wide intervals" in table2_part
+    assert "† wider than 10 pp" in table2_part and "‡ clipped: the interval ran past" in table2_part
+    assert "Uninformative" not in text.split("### Table 4")[1].split("### Parameter")[0]  # no intervals there
 
 
 def test_table1_table3_table4(tmp_path):
@@ -343,6 +395,40 @@ def test_fig3_puts_shared_units_left_and_private_right(tmp_path):
     assert fig.axes[3].get_ylabel() == "after 1 epoch"
 
 
+def test_fig2_has_an_accuracy_and_a_loss_panel_sharing_the_shared_proportion(tmp_path):
+    from psrnn.results.figures import fig2_shared_proportion
+
+    s = load(tmp_path, make_suite(tmp_path, keep=("cifar_s50",), acc={"cifar_s50": {0: 0.40, 1: 0.45}}))
+    fig = fig2_shared_proportion(s)
+    assert len(fig.axes) == 2  # no twin y-axis
+    acc, loss = fig.axes
+    assert (acc.get_xlabel(), acc.get_ylabel()) == ("shared proportion (%)", "test accuracy (%)")
+    assert (loss.get_xlabel(), loss.get_ylabel()) == ("shared proportion (%)", "test loss")
+    assert acc.get_shared_x_axes().joined(acc, loss)
+    assert [x.get_text() for x in acc.get_legend().get_texts()] == ["paper", "ours ± std"]
+    assert [x.get_text() for x in loss.get_legend().get_texts()] == [
+        "main loss (paper)", "aux loss (paper)", "main loss (ours) ± std", "aux loss (ours) ± std"]
+    ours_acc = acc.containers[0].lines[0]  # errorbar: (40 + 45) / 2 at 50 % shared
+    assert list(ours_acc.get_xdata()) == [50.0] and list(ours_acc.get_ydata()) == [pytest.approx(42.5)]
+    ours_main, ours_aux = (c.lines[0] for c in loss.containers)  # main loss = 1 - acc, aux 0.25
+    assert list(ours_main.get_ydata()) == [pytest.approx(0.575)] and list(ours_aux.get_ydata()) == [0.25]
+    assert list(acc.lines[0].get_ydata()) == [70.8, 73.8, 74.0, 76.1, 74.6, 73.1]  # the paper's Table 4
+
+
+def test_fig2_is_byte_identical_when_compiled_twice(tmp_path):
+    import matplotlib
+
+    from psrnn.results.figures import STYLE, fig2_shared_proportion, save
+
+    s = load(tmp_path, make_suite(tmp_path, keep=("cifar_s50",), acc={"cifar_s50": {0: 0.40, 1: 0.45}}))
+    digests = []
+    for out in ("a", "b"):
+        with matplotlib.rc_context(STYLE):  # as write_figures builds them
+            paths = save(fig2_shared_proportion(s), tmp_path / out / "fig2_shared_proportion")
+        digests.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in paths])
+    assert len(digests[0]) == 3 and digests[0] == digests[1]
+
+
 def test_fig1_compares_gru_full_and_private_shared_of_one_dataset(tmp_path):
     from psrnn.results.figures import fig1_models
 
@@ -378,14 +464,76 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     # provenance: 9 runs x 1800 s on CPU = 4.50 CPU hours
     assert "- Runs: 9 of 15 finished" in text and "final runs 4.50 CPU h" in text
     assert "`abc1234` (9 runs)" in text and "Test CPU; Linux-test; torch 2.14.1 (9 runs)" in text
-    # deviations from the config and the reference file
-    assert "MNIST: images resized to 14×14 (196 steps instead of 784)." in text
-    assert "MNIST: only the first 500 train samples are used." in text
-    assert "IMDB: not run (not in the config); its rows are missing." in text
-    assert "fig3/mnist-h16: pictures after epochs [0, 1] (paper [0, 5, 25]): mnist_fig3." in text
-    assert "9 of 9 finished runs hit their epoch budget" in text
+    # deviations from the config and the reference file, one table row each
+    assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST |" in lines
+    assert "| train samples used | whole split | the first 500 | MNIST |" in lines
+    assert ("| dataset | reported | not run (not in the config); its rows are missing | "
+            "F-MNIST, IMDB, DBpedia |") in lines
+    assert ("| fig3/mnist-h16 settings | pictures after epochs [0, 5, 25] | pictures after epochs [0, 1] "
+            "| mnist_fig3 |") in lines
+    assert "| the epoch budget (max_epochs) in 9 of 9 finished runs | all except cifar_s50 |" in text
     assert SMALL_LABEL not in text
     assert "- `mnist_full`: 2 of 3 runs finished" in text and "- `cifar_s50`: 0 of 3 runs finished" in text
+
+
+def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
+    """F-MNIST prepared like MNIST: their shared deviations are one row naming both."""
+    path = make_suite(tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["datasets"]["fmnist"] = {"prepare": {"downsample": 14, "train": 500}}
+    cfg["experiments"]["fmnist_gru"] = {"dataset": "fmnist", "ref": "table2/fmnist/gru", "shared": 0.0}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    text = report.report_markdown(load(tmp_path, path), [])
+    section = text.split("## Deviations from the paper's protocol")[1].split("\n## ")[0]
+    table = [x for x in section.splitlines() if x.startswith("| ")]
+    assert table[0] == "| Setting | Paper | This config | Applies to |"
+    assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST, F-MNIST |" in table
+    assert "| image size | 32×32 (1,024 steps) | 8×8 (64 steps) | CIFAR-10 |" in table
+    assert "| train samples used | whole split | the first 500 | MNIST, F-MNIST |" in table
+    assert ("| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
+            "forcing) | all except mnist_gru, fmnist_gru |") in table
+    rows = [tuple(c.strip() for c in x.strip("|").split(" | ")[:3]) for x in table[1:]]
+    assert len(rows) == len(set(rows)) == 10  # (setting, paper, ours): each deviation once
+    # no per-dataset bullets any more; the reference file's notes follow the table, once each
+    assert not any(x.startswith(("- MNIST:", "- F-MNIST:")) for x in section.splitlines())
+    notes = [x for x in section.splitlines() if x.startswith("- ")]
+    assert len(notes) == len(load_reference()["deviations"]) == 7
+
+
+def test_report_embeds_the_figures_that_were_compiled(tmp_path):
+    s = load(tmp_path, make_suite(tmp_path))
+    outputs = ["tables/table2.md", "figures/fig2_shared_proportion.pdf", "figures/fig2_shared_proportion.png",
+               "figures/curves_mnist_gru.svg", "figures/curves_mnist_gru.png", "REPORT.md"]
+    text = report.report_markdown(s, outputs)
+    images = [x for x in text.splitlines() if x.startswith("![")]
+    assert images == [
+        "![Figure 2: accuracy and losses against the shared proportion (CIFAR-10)]"
+        "(figures/fig2_shared_proportion.png)",
+        "![Training curves: mnist_gru](figures/curves_mnist_gru.png)"]
+    assert text.index("## Figures") < text.index("## Missing")
+    assert "## Figures" not in report.report_markdown(s, ["REPORT.md"])  # nothing compiled, no links
+
+
+def _set_diverged(root: Path, exp: str, seed: int, value) -> None:
+    p = root / "results" / "t" / "runs" / exp / f"seed{seed}" / "metrics.json"
+    m = json.loads(p.read_text())
+    m["diverged"] = value
+    p.write_text(json.dumps(m))
+
+
+def test_report_lists_diverged_runs_and_only_those(tmp_path):
+    path = make_suite(tmp_path)
+    assert "Diverged" not in report.report_markdown(load(tmp_path, path), [])  # no key: not diverged
+    _set_diverged(tmp_path, "mnist_gru", 0, None)  # null: not diverged either
+    _set_diverged(tmp_path, "mnist_gru", 1, {"epoch": 3, "train_loss": 4600.0, "first_loss": 2.3})
+    _set_diverged(tmp_path, "mnist_full", 0, {"epoch": 12, "train_loss": float("inf"), "first_loss": 2.0})
+    lines = report.report_markdown(load(tmp_path, path), []).splitlines()
+    start = lines.index("## Diverged runs")
+    assert start < lines.index("## Deviations from the paper's protocol")
+    rows = [x for x in lines[start:lines.index("## Deviations from the paper's protocol")] if x.startswith("| ")]
+    assert rows == ["| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
+                    "| mnist_gru | 1 | 3 | 4600 | 2.3 | 2000 |",
+                    "| mnist_full | 0 | 12 | inf | 2 | inf |"]
 
 
 def test_small_config_is_never_a_reproduction(tmp_path):
@@ -451,6 +599,10 @@ def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
     assert pdf.startswith(b"%PDF") and b"CreationDate" not in pdf
     report_text = (out_a / "REPORT.md").read_text()
     assert "- `figures/fig1_gradient_norms.{pdf,png,svg}`" in report_text
+    # every compiled figure is embedded by its PNG, relative to REPORT.md, and every link resolves
+    links = re.findall(r"^!\[[^\]]+\]\((figures/[^)]+)\)$", report_text, flags=re.M)
+    assert sorted(links) == sorted(str(p.relative_to(out_a)) for p in (out_a / "figures").glob("*.png"))
+    assert len(links) == 6 and "figures/fig2_shared_proportion.png" in links
     t4 = (out_a / "tables" / "table4.md").read_text()
     assert "| 50 / 50 | 76.1 | 42.50 ± 3.54 | 2 |" in t4  # (40 + 45) / 2, std 5 / sqrt(2)
 
@@ -490,8 +642,9 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
     for exp, a in (("mnist_gru", 0.95), ("mnist_ps", 0.97)):  # runs trained with these settings
         write_run(tmp_path, C.load_suite(path), exp, 0, a, a)
     text = report.report_markdown(load(tmp_path, path), ["REPORT.md"])
-    assert "main GRU initialised chrono (orthogonal recurrent weights, update-gate biases" in text
-    assert ": mnist_gru, mnist_ps." in text.split("main GRU initialised chrono")[1].splitlines()[0]
-    assert "1 seed per experiment (seed 0): every number is a single run" in text
+    init = next(x for x in text.splitlines() if x.startswith("| main GRU initialisation |"))
+    assert "| not given | chrono: orthogonal recurrent weights, update-gate biases log U(1, T-1);" in init
+    assert init.endswith("| all experiments |")
+    assert "| seeds per experiment | 1 (single runs reported) | 1 (seed 0): every number is a single run" in text
     line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru accuracy"))
     assert line.endswith("| 1 seed (no CI) |")

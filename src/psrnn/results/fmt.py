@@ -30,6 +30,11 @@ def num(x: float | None, digits: int = 1) -> str:
     return DASH if is_missing(x) else f"{x:.{digits}f}"
 
 
+def sig(x: float | None, digits: int = 4) -> str:
+    """`digits` significant digits, for numbers of any size (a diverged loss: 3.2e+04)."""
+    return DASH if is_missing(x) else f"{x:.{digits}g}"
+
+
 def signed(x: float | None, digits: int = 2) -> str:
     return DASH if is_missing(x) else f"{x:+.{digits}f}"
 
@@ -59,10 +64,16 @@ def mean_std(s: Summary, digits: int = 2) -> str:
     return f"{s.mean:.{digits}f} ± {s.std:.{digits}f}"
 
 
+WIDE_MARK = "†"  # an interval wider than its metric's limit (stats.bounded)
+CLIPPED_MARK = "‡"  # an interval cut to its metric's range (stats.bounded)
+
+
 def ci(s: Summary, digits: int = 2) -> str:
+    """"[96.57, 100.00]‡": the interval, then a mark for each reason it is uninformative."""
     if s.n < 2:
         return DASH
-    return f"[{s.ci_low:.{digits}f}, {s.ci_high:.{digits}f}]"
+    marks = (WIDE_MARK if s.wide else "") + (CLIPPED_MARK if s.clipped else "")
+    return f"[{s.ci_low:.{digits}f}, {s.ci_high:.{digits}f}]{marks}"
 
 
 def tasks(ts: list[str] | tuple[str, ...] | None) -> str:

@@ -2,10 +2,11 @@
 
     python -m psrnn compile --config config/paper.yaml   # -> results/paper/REPORT.md, metrics.json
 
-One line per paper number: the paper's value, ours (mean ± std, 95% t-interval, n seeds),
-the difference and a verdict; paired same-seed comparisons of private/shared against
-full share and the GRU baseline; the runs' commits, machines and compute time; and every
-deviation from the paper's protocol, listed in one place.
+One line per paper number: the paper's value, ours (mean ± std, 95% t-interval cut to the
+range the number can take and marked when uninformative, n seeds), the difference and a
+verdict; paired same-seed comparisons of private/shared against full share and the GRU
+baseline; the runs' commits, machines and compute time; runs whose training diverged;
+every deviation from the paper's protocol, once, in one table; and the compiled figures.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 from psrnn import config as C
 from psrnn.results import fmt
 from psrnn.results.collect import Run, Suite, manifest_stats
-from psrnn.results.stats import MISSING, Summary, difference_verdict, paired, verdict
-from psrnn.results.tables import (DATASET_LABEL, MODEL_LABEL, best_experiment, metric, params,
-                                  settings_diffs, table2_experiments)
+from psrnn.results.figures import TITLES
+from psrnn.results.stats import (MISSING, PP, WIDE_PP, Summary, bounded, difference_verdict, paired,
+                                 t_quantile, verdict)
+from psrnn.results.tables import (DATASET_LABEL, MODEL_LABEL, accuracy, best_experiment, loss, metric,
+                                  params, settings_diffs, table2_experiments)
 
 PAPER_PATIENCE = 50
 PAPER_IMAGE_STEPS = {"mnist": 784, "fmnist": 784, "cifar10": 1024}
@@ -72,97 +75,158 @@ def provenance(s: Suite) -> list[str]:
 
 # --- deviations -----------------------------------------------------------------------------
 
+Deviation = tuple[str, str, str, str]  # setting, the paper's, this config's, what it applies to
 
-def deviations(s: Suite) -> list[str]:
-    """Every known deviation from the paper's protocol: the reference file's general list,
-    then what this config changes (data preparation, settings, budgets)."""
+
+def deviations(s: Suite) -> list[Deviation]:
+    """Every way this config departs from the paper's protocol, each once with everything
+    it applies to: scale and seeds, data preparation (datasets), run settings (experiments).
+    The reference file's notes that hold for every config are listed apart (`general_notes`)."""
     out = []
     if not s.paper_scale:
-        out.append(f"**{fmt.SMALL_LABEL}**: data, models and epoch budgets are shrunk for a "
-                   "quick end-to-end run; its numbers say nothing about the paper's claims.")
-    out += [" ".join(d.split()) for d in s.reference.get("deviations", [])]
+        out.append(("scale", "full data and models", f"{fmt.SMALL_LABEL}: data, models and epoch "
+                    "budgets shrunk for a quick end-to-end run; its numbers say nothing about the "
+                    "paper's claims", "everything"))
     seeds = sorted(s.cfg["seeds"])
     if len(seeds) == 1:
-        out.append(f"1 seed per experiment (seed {seeds[0]}): every number is a single run, "
-                   "with no spread, no confidence interval and no verdict (the paper's "
-                   "protocol has several).")
+        ours = (f"1 (seed {seeds[0]}): every number is a single run, with no spread, no confidence "
+                "interval and no verdict")
     else:
-        out.append(f"{len(seeds)} seed(s) per experiment ({', '.join(map(str, seeds))}).")
-    out += dataset_deviations(s)
-    out += setting_deviations(s)
-    return out
+        ours = f"{len(seeds)} ({', '.join(map(str, seeds))}): mean, std and 95% t-interval over seeds"
+    out.append(("seeds per experiment", "1 (single runs reported)", ours, "all experiments"))
+    return out + dataset_deviations(s) + setting_deviations(s)
 
 
-def dataset_deviations(s: Suite) -> list[str]:
-    out = []
+def general_notes(s: Suite) -> list[str]:
+    """The reference file's deviations, which hold for every config (one line each)."""
+    return [" ".join(d.split()) for d in s.reference.get("deviations", [])]
+
+
+def _grouped(found: list[tuple[str, str, str, str]]) -> dict[tuple[str, str, str], list[str]]:
+    """(setting, paper, ours, name) -> {(setting, paper, ours): [names]}, rows of one setting
+    next to each other, otherwise in first-seen order."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for *key, name in found:
+        names = groups.setdefault(tuple(key), [])
+        if name not in names:
+            names.append(name)
+    first = {}
+    for key in groups:
+        first.setdefault(key[0], len(first))
+    return dict(sorted(groups.items(), key=lambda kv: first[kv[0][0]]))
+
+
+def dataset_deviations(s: Suite) -> list[Deviation]:
+    found = []  # (setting, paper, ours, dataset)
     enabled = C.enabled_datasets(s.cfg)
     paper = {r["dataset"]: r for r in s.reference["table1"]}
     for ds in paper:
         if ds not in enabled:
             why = "disabled" if ds in s.cfg["datasets"] else "not in the config"
-            out.append(f"{DATASET_LABEL[ds]}: not run ({why}); its rows are missing.")
+            found.append(("dataset", "reported", f"not run ({why}); its rows are missing", ds))
     for ds in enabled:
         opts = s.cfg["datasets"][ds].get("prepare") or {}
-        name = DATASET_LABEL[ds]
         side = opts.get("downsample")
         if side and ds in PAPER_IMAGE_STEPS:
-            out.append(f"{name}: images resized to {side}×{side} ({side * side} steps instead of "
-                       f"{PAPER_IMAGE_STEPS[ds]}).")
+            steps = PAPER_IMAGE_STEPS[ds]
+            found.append(("image size", f"{math.isqrt(steps)}×{math.isqrt(steps)} ({steps:,} steps)",
+                          f"{side}×{side} ({side * side:,} steps)", ds))
         for split in ("train", "valid", "test"):
             if opts.get(split):
-                out.append(f"{name}: only the first {opts[split]:,} {split} samples are used.")
+                found.append((f"{split} samples used", "whole split", f"the first {opts[split]:,}", ds))
         if opts.get("valid_size") and ds != "cifar10" and opts["valid_size"] != paper[ds]["valid"]:
-            out.append(f"{name}: {opts['valid_size']:,} validation samples (paper: {paper[ds]['valid']:,}).")
+            found.append(("validation samples", f"{paper[ds]['valid']:,}", f"{opts['valid_size']:,}", ds))
         if ds == "imdb" and opts.get("min_chars", 500) != 500:
-            out.append(f"{name}: reviews shorter than {opts['min_chars']} characters removed (paper: 500).")
+            found.append(("shortest review kept", "500 characters", f"{opts['min_chars']} characters", ds))
         if ds == "imdb" and opts.get("alphabet_size", 60) != 60:
-            out.append(f"{name}: {opts['alphabet_size']} one-hot symbols (paper: 60).")
+            found.append(("one-hot symbols", "60", str(opts["alphabet_size"]), ds))
         if opts.get("max_length"):
-            out.append(f"{name}: sequences cut to their first {opts['max_length']} steps.")
-    return out
+            found.append(("sequence length", "no cut given", f"the first {opts['max_length']:,} steps", ds))
+    return [(*key, ", ".join(DATASET_LABEL[d] for d in names)) for key, names in _grouped(found).items()]
 
 
-def setting_deviations(s: Suite) -> list[str]:
-    """Run settings that differ from the paper, each message once with its experiments."""
-    groups: dict[str, list[str]] = defaultdict(list)
+def _applies_to(s: Suite, exps: list[str]) -> str:
+    """"all experiments", "all except a, b" when that is shorter, else the list (config order)."""
+    rest = [e for e in s.experiments if e not in exps]
+    if not rest:
+        return "all experiments"
+    if len(rest) < len(exps):
+        return "all except " + ", ".join(rest)
+    return ", ".join(e for e in s.experiments if e in exps)
+
+
+def setting_deviations(s: Suite) -> list[Deviation]:
+    """Run settings that differ from the paper; a reference row's differences make one row."""
+    found = []  # (setting, paper, ours, experiment)
     table2 = {r["id"]: r for r in s.reference["table2"]}
     fig_ref = {r["id"]: r for r in s.reference.get("figures", [])}
     for exp in s.experiments:
         st, aux = s.settings[exp], s.kind(exp) != "gru"
         if st.get("optimizer", "sgdr") != "sgdr":
-            groups[f"optimizer {st['optimizer']} instead of SGDR"].append(exp)
+            found.append(("optimizer", "SGDR", st["optimizer"], exp))
         if st.get("init", "torch") != "torch":  # the paper does not say; results/recipe/ measures why
-            groups[f"main GRU initialised {st['init']} (orthogonal recurrent weights"
-                   + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
-                   + "; the paper gives no initialisation, and SGDR from PyTorch's default stays "
-                   "at chance on real digits: results/recipe/recipe.md)"].append(exp)
+            found.append(("main GRU initialisation", "not given",
+                          f"{st['init']}: orthogonal recurrent weights"
+                          + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
+                          + "; SGDR from PyTorch's default stays at chance on real digits "
+                          "(results/recipe/recipe.md)", exp))
         if int(st.get("patience", PAPER_PATIENCE)) != PAPER_PATIENCE:
-            groups[f"early-stopping patience {st['patience']} epochs (paper: {PAPER_PATIENCE})"].append(exp)
+            found.append(("early-stopping patience (epochs)", str(PAPER_PATIENCE), str(st["patience"]), exp))
         if aux and float(st.get("aux_weight", 1.0)) != 1.0:
-            groups[f"auxiliary loss weight {st['aux_weight']} (paper: 1)"].append(exp)
+            found.append(("auxiliary loss weight", "1", str(st["aux_weight"]), exp))
         if aux and st.get("sampling") == "uniform":
-            groups["anchors drawn uniformly over the sequence (paper: one per region)"].append(exp)
+            found.append(("anchor positions", "one per region", "drawn uniformly over the sequence", exp))
         if aux and st.get("decoder_input") == "teacher":
-            groups["decoder fed the true previous input (teacher forcing; the thesis writes the "
-                   "recursion on the decoder's own estimates)"].append(exp)
+            found.append(("decoder input", "its own previous estimate (thesis)",
+                          "the true previous input (teacher forcing)", exp))
         ref = s.ref_of(exp)
-        if ref in table2:
-            for d in settings_diffs(table2[ref], st):
-                groups[f"{ref}: {d}"].append(exp)
+        diffs = settings_diffs(table2[ref], st) if ref in table2 else []
         if ref in fig_ref:
             f = fig_ref[ref]
             if int(st["hidden"]) != f["hidden"]:
-                groups[f"{ref}: hidden size {st['hidden']} (paper {f['hidden']})"].append(exp)
+                diffs.append(("hidden size", str(f["hidden"]), str(st["hidden"])))
             caps = [int(e) for e in st.get("capture_epochs", [])]
             if caps != f["capture_epochs"]:
-                groups[f"{ref}: pictures after epochs {caps} (paper {f['capture_epochs']})"].append(exp)
-    out = [f"{msg}: {', '.join(exps)}." for msg, exps in groups.items()]
+                diffs.append(("pictures after epochs", str(f["capture_epochs"]), str(caps)))
+        if diffs:
+            found.append((f"{ref} settings", ", ".join(f"{k} {p}" for k, p, _ in diffs),
+                          ", ".join(f"{k} {o}" for k, _, o in diffs), exp))
     budget = [r for r in all_runs(s) if r.metrics.get("stopped") == "max_epochs"]
-    if budget:
-        exps = sorted({r.experiment for r in budget})
-        out.append(f"{len(budget)} of {len(all_runs(s))} finished runs hit their epoch budget "
-                   f"(max_epochs) before early stopping: {', '.join(exps)}.")
-    return out
+    for r in budget:
+        found.append(("stopped by", f"early stopping (patience {PAPER_PATIENCE})",
+                      f"the epoch budget (max_epochs) in {len(budget)} of {len(all_runs(s))} "
+                      "finished runs", r.experiment))
+    return [(*key, _applies_to(s, names)) for key, names in _grouped(found).items()]
+
+
+def deviation_lines(s: Suite) -> list[str]:
+    lines = ["| Setting | Paper | This config | Applies to |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(fmt.md(c) for c in row) + " |" for row in deviations(s)]
+    return lines + ["", "In every config (config/reference.yaml):", "", *[f"- {n}" for n in general_notes(s)]]
+
+
+# --- diverged runs --------------------------------------------------------------------------
+
+
+def diverged_lines(s: Suite) -> list[str]:
+    """A table of the runs whose training loss exploded (metrics.json `diverged`: null or
+    absent = fine, else {epoch, train_loss, first_loss}); [] when there are none."""
+    rows = []
+    for r in all_runs(s):
+        d = r.metrics.get("diverged")
+        if not d:
+            continue
+        d = d if isinstance(d, dict) else {}  # a bare `true` still lists the run
+        loss, first = d.get("train_loss"), d.get("first_loss")
+        ratio = loss / first if not fmt.is_missing(loss) and not fmt.is_missing(first) and first else None
+        rows.append(f"| {r.experiment} | {r.seed} | {fmt.integer(d.get('epoch'))} | {fmt.sig(loss)} | "
+                    f"{fmt.sig(first)} | {fmt.sig(ratio)} |")
+    if not rows:
+        return []
+    return ["", "## Diverged runs", "",
+            "Training loss exploded (metrics.json `diverged`); these runs still count in the means below.",
+            "", "| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
+            "|---|---:|---:|---:|---:|---:|", *rows]
 
 
 # --- one line per paper number --------------------------------------------------------------
@@ -181,30 +245,53 @@ NUMBER_HEADER = ["| Paper number | Paper | Ours (mean ± std) | 95% CI | n | Δ 
                  "|---|---:|---:|---:|---:|---:|---|"]
 
 
+def ci_notes(shown: list[Summary]) -> list[str]:
+    """The notes under a table for the marks `fmt.ci` gave its intervals; [] for none."""
+    flagged = [x for x in shown if x.uninformative]
+    if not flagged:
+        return []
+    ts = ", ".join(f"{t_quantile(n):.2f} for n = {n}" for n in sorted({x.n for x in flagged}))
+    notes = [f"Uninformative intervals: with n seeds the 95% interval is mean ± t · std / √n, "
+             f"with t = {ts}: few seeds give wide intervals."]
+    if any(x.wide for x in flagged):
+        notes.append(f"{fmt.WIDE_MARK} wider than {WIDE_PP:g} pp, too wide to tell the paper's models apart.")
+    if any(x.clipped for x in flagged):
+        notes.append(f"{fmt.CLIPPED_MARK} clipped: the interval ran past the range the number can take "
+                     "(0 to 100 % for an accuracy, −100 to 100 pp for a difference of two, at least 0 "
+                     "for a loss) and is shown cut to it; the uncut one is mean ± t · std / √n from "
+                     "the same row.")
+    return ["", *[f"- {n}" for n in notes]]
+
+
 def table2_lines(s: Suite) -> list[str]:
-    lines = list(NUMBER_HEADER)
+    lines, shown = list(NUMBER_HEADER), []
     for ref in s.reference["table2"]:
         for exp in s.experiments_for(ref["id"]) or [None]:
-            acc = metric(s, exp, "test_acc", 100.0) if exp else MISSING
+            acc = accuracy(s, exp) if exp else MISSING
+            shown.append(acc)
             lines.append(number_row(f"{ref['id']} accuracy % ({exp or 'no experiment'})", ref["acc"],
                                     acc, s.paper_scale, 2, 1))
-    return lines
+    return lines + ci_notes(shown)
 
 
 def table4_lines(s: Suite) -> list[str]:
-    lines = list(NUMBER_HEADER)
+    lines, shown = list(NUMBER_HEADER), []
     for ref in s.reference["table4"]:
         for exp in s.experiments_for(ref["id"]) or [None]:
-            for key, label, scale, digits, pd in (("acc", "accuracy %", 100.0, 2, 1),
-                                                  ("main_loss", "main loss", 1.0, 3, 3),
-                                                  ("aux_loss", "aux loss", 1.0, 3, 3)):
+            for key, label, digits, pd in (("acc", "accuracy %", 2, 1), ("main_loss", "main loss", 3, 3),
+                                           ("aux_loss", "aux loss", 3, 3)):
                 if ref[key] is None:
                     continue  # the paper prints "-" (no auxiliary task at 0% shared)
-                mkey = {"acc": "test_acc", "main_loss": "test_main_loss", "aux_loss": "test_aux_loss"}[key]
-                ours = metric(s, exp, mkey, scale) if exp else MISSING
+                if not exp:
+                    ours = MISSING
+                elif key == "acc":
+                    ours = accuracy(s, exp)
+                else:
+                    ours = loss(s, exp, {"main_loss": "test_main_loss", "aux_loss": "test_aux_loss"}[key])
+                shown.append(ours)
                 lines.append(number_row(f"{ref['id']} {label} ({exp or 'no experiment'})", ref[key],
                                         ours, s.paper_scale, digits, pd))
-    return lines
+    return lines + ci_notes(shown)
 
 
 def params_lines(s: Suite) -> list[str]:
@@ -252,6 +339,7 @@ def paired_lines(s: Suite) -> list[str]:
     ("best" = highest mean validation accuracy among the dataset's table2 experiments)."""
     lines = ["| Dataset | Comparison | Experiments | Seeds | Mean difference (pp) | 95% CI | Reading |",
              "|---|---|---|---|---:|---:|---|"]
+    shown = []
     for ds in C.enabled_datasets(s.cfg):
         ps = best_experiment(s, table2_experiments(s, ds, "ps"))
         for other_kind in ("full", "gru"):
@@ -263,9 +351,11 @@ def paired_lines(s: Suite) -> list[str]:
                              f"{fmt.DASH} | missing (no finished {missing} run) |")
                 continue
             diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
+            diff = bounded(diff, *PP, wide=WIDE_PP)
+            shown.append(diff)
             lines.append(f"| {DATASET_LABEL[ds]} | {label} | {ps} vs {other} | {seeds or fmt.DASH} | "
                          f"{fmt.signed(diff.mean)} | {fmt.ci(diff)} | private/shared {difference_verdict(diff)} |")
-    return lines
+    return lines + ci_notes(shown)
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -285,6 +375,26 @@ def missing_lines(s: Suite) -> list[str]:
     return out or ["- nothing: every reference row has an experiment and every run finished"]
 
 
+def figure_lines(outputs: list[str]) -> list[str]:
+    """Markdown images of the compiled figures among `outputs` (their PNGs, by paths
+    relative to REPORT.md): the paper's figures, then the training curves; [] for none."""
+    stems = [o.removeprefix("figures/").removesuffix(".png") for o in outputs
+             if o.startswith("figures/") and o.endswith(".png")]
+    paper = [(TITLES[st], st) for st in stems if st in TITLES]
+    runs = [(f"Training curves: {st.removeprefix('curves_')}", st) for st in stems if st.startswith("curves_")]
+    if not paper and not runs:
+        return []
+
+    def images(pairs: list[tuple[str, str]]) -> list[str]:
+        return [line for title, st in pairs for line in ("", f"![{title}](figures/{st}.png)")]
+
+    lines = ["", "## Figures", *images(paper)]
+    if runs:
+        lines += ["", "### Training curves (validation accuracy and losses per epoch, seeds overlaid)",
+                  *images(runs)]
+    return lines
+
+
 def group_outputs(paths: list[str]) -> list[str]:
     """["figures/a.pdf", "figures/a.png"] -> ["figures/a.{pdf,png}"], first-seen order."""
     groups: dict[str, list[str]] = {}
@@ -301,12 +411,12 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
         head += [f"> **{fmt.SMALL_LABEL.capitalize()}.** Every number below comes from a shrunken "
                  "setup (see Deviations); none of them is a reproduction of the paper's results, and "
                  "no verdict is given.", ""]
-    parts = head + provenance(s) + [
-        "", "## Deviations from the paper's protocol", "",
-        *[f"- {d}" for d in deviations(s)],
+    parts = head + provenance(s) + diverged_lines(s) + [
+        "", "## Deviations from the paper's protocol", "", *deviation_lines(s),
         "", "## Paper numbers, one per line", "",
-        "Ours = mean ± sample std over seeds; 95% CI from Student's t; Δ = ours − paper. "
-        "Verdict: reproduced when the paper's value lies inside our CI.", "",
+        f"Ours = mean ± sample std over seeds; 95% CI from Student's t, cut to the range the number "
+        f"can take; {fmt.WIDE_MARK} and {fmt.CLIPPED_MARK} mark an uninformative one (notes under each "
+        "table); Δ = ours − paper. Verdict: reproduced when the paper's value lies inside our CI.", "",
         "### Table 2: test accuracy", "", *table2_lines(s),
         "", "### Table 4: CIFAR-10 shared-proportion sweep", "", *table4_lines(s),
         "", "### Parameter counts (Tables 2 and 4)", "", *params_lines(s),
@@ -314,6 +424,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
         "", "Table 3 repeats published numbers of other papers (and the paper's best Table 2 rows); "
         "our rows are in `tables/table3.md`.",
         "", "## Paired comparisons (same seeds, test accuracy)", "", *paired_lines(s),
+        *figure_lines(outputs),
         "", "## Missing", "", *missing_lines(s),
         "", "## Outputs", "", *[f"- `{o}`" for o in group_outputs(outputs)], "",
     ]

@@ -1,4 +1,5 @@
-"""Seed statistics: mean, sample std, 95% t-interval, paired differences, verdicts.
+"""Seed statistics: mean, sample std, 95% t-interval (cut to the metric's range and flagged
+when uninformative), paired differences, verdicts.
 
     python -m psrnn compile --config config/paper.yaml    # uses these for every table
 
@@ -8,11 +9,19 @@ Pure functions of plain numbers, so the tests can check them against hand-comput
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scipy.special import stdtrit  # Student's t quantile; far lighter to import than scipy.stats
 
 LEVEL = 0.95  # confidence level of every interval in the tables and the report
+
+# The range each kind of number can take; an interval is cut to it (see `bounded`).
+PERCENT = (0.0, 100.0)  # an accuracy in %
+PP = (-100.0, 100.0)  # a difference of two accuracies, in percentage points
+LOSS = (0.0, math.inf)  # cross-entropy and the auxiliary losses are never negative
+# An accuracy interval wider than this (pp) cannot tell the paper's models apart: most of
+# Table 2's gaps between models of one dataset are under 3 pp.
+WIDE_PP = 10.0
 
 
 @dataclass(frozen=True)
@@ -24,10 +33,16 @@ class Summary:
     std: float  # sample std (ddof = 1)
     ci_low: float
     ci_high: float
+    clipped: bool = False  # the t-interval ran past the metric's range and is cut to it
+    wide: bool = False  # the t-interval (before cutting) is wider than the metric's limit
 
     @property
     def missing(self) -> bool:
         return self.n == 0
+
+    @property
+    def uninformative(self) -> bool:
+        return self.clipped or self.wide
 
 
 MISSING = Summary(0, math.nan, math.nan, math.nan, math.nan)
@@ -46,8 +61,29 @@ def summarize(values: list[float] | tuple[float, ...], scale: float = 1.0) -> Su
     if n == 1:
         return Summary(1, mean, math.nan, math.nan, math.nan)
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = float(stdtrit(n - 1, 0.5 + LEVEL / 2)) * std / math.sqrt(n)
+    half = t_quantile(n) * std / math.sqrt(n)
     return Summary(n, mean, std, mean - half, mean + half)
+
+
+def t_quantile(n: int) -> float:
+    """t_{0.975, n-1}, the CI's multiplier of std / sqrt(n): 12.71 for 2 seeds, 4.30 for 3."""
+    return float(stdtrit(n - 1, 0.5 + LEVEL / 2))
+
+
+def bounded(s: Summary, low: float, high: float, wide: float = math.inf) -> Summary:
+    """`s` with its CI cut to [low, high], the range the metric can take, and flagged.
+
+    With few seeds the t-interval is wide (mean +- 8.98 std for 2 seeds) and runs past
+    what the metric can be, e.g. [-20.59, 144.59] for an accuracy in %. The rule: cut it
+    to the range and set `clipped`; set `wide` when its uncut width exceeds `wide`.
+    Either makes it uninformative, which the report marks. The uncut interval is
+    mean +- t_quantile(n) * std / sqrt(n), from the numbers printed beside it.
+    """
+    if s.n < 2:
+        return s
+    lo, hi = max(s.ci_low, low), min(s.ci_high, high)
+    return replace(s, ci_low=lo, ci_high=hi, clipped=(lo, hi) != (s.ci_low, s.ci_high),
+                   wide=s.ci_high - s.ci_low > wide)
 
 
 def paired(a: dict[int, float], b: dict[int, float], scale: float = 1.0) -> tuple[Summary, list[int]]:

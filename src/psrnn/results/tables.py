@@ -19,7 +19,7 @@ import pandas as pd
 
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, manifest_stats, model_kind, shared_percent
-from psrnn.results.stats import MISSING, Summary, summarize
+from psrnn.results.stats import LOSS, MISSING, PERCENT, WIDE_PP, Summary, bounded, summarize
 
 MODEL_LABEL = {"gru": "GRU", "full": "full share", "ps": "private/shared"}
 DATASET_LABEL = {"mnist": "MNIST", "fmnist": "F-MNIST", "cifar10": "CIFAR-10", "imdb": "IMDB",
@@ -47,6 +47,16 @@ def metric(s: Suite, exp: str, key: str, scale: float = 1.0) -> Summary:
     return summarize([r.value(key) for r in s.runs.get(exp, [])], scale)
 
 
+def accuracy(s: Suite, exp: str) -> Summary:
+    """Test accuracy in % over the finished seeds, its CI cut to [0, 100] and flagged."""
+    return bounded(metric(s, exp, "test_acc", 100.0), *PERCENT, wide=WIDE_PP)
+
+
+def loss(s: Suite, exp: str, key: str) -> Summary:
+    """A test loss over the finished seeds, its CI cut at 0."""
+    return bounded(metric(s, exp, key), *LOSS)
+
+
 def params(s: Suite, exp: str) -> float:
     """Trainable parameters (identical across seeds; the mean guards against odd runs)."""
     return metric(s, exp, "params").mean
@@ -70,27 +80,29 @@ def table2_experiments(s: Suite, dataset: str, kind: str) -> list[str]:
             if (s.ref_of(e) or "").startswith(f"table2/{dataset}/") and s.kind(e) == kind]
 
 
-def settings_diffs(paper: dict, st: dict) -> list[str]:
-    """Where our run settings differ from the paper's row (model kind, tasks, shares, ...)."""
+def settings_diffs(paper: dict, st: dict) -> list[tuple[str, str, str]]:
+    """(setting, paper's, ours) wherever our run settings differ from the paper's row
+    (model kind, tasks, shares, anchors, window)."""
     out = []
     kind = model_kind(st)
     if kind != paper["model"]:
-        out.append(f"model {MODEL_LABEL[kind]} (paper {MODEL_LABEL[paper['model']]})")
+        out.append(("model", MODEL_LABEL[paper["model"]], MODEL_LABEL[kind]))
     if kind != "gru" and paper["model"] != "gru":
         if fmt.tasks(st.get("tasks")) != fmt.tasks(paper["tasks"]):
-            out.append(f"tasks {fmt.tasks(st.get('tasks'))} (paper {fmt.tasks(paper['tasks'])})")
+            out.append(("tasks", fmt.tasks(paper["tasks"]), fmt.tasks(st.get("tasks"))))
         sp = shared_percent(st)
         if abs(sp - float(paper["shared"])) > 0.5:
-            out.append(f"shared {sp:.4g}% (paper {paper['shared']}%)")
+            out.append(("shared", f"{paper['shared']}%", f"{sp:.4g}%"))
         for key in ("anchors", "window"):
             if int(st[key]) != int(paper[key]):
-                out.append(f"{key} {st[key]} (paper {paper[key]})")
+                out.append((key, str(paper[key]), str(st[key])))
     return out
 
 
 def settings_note(paper: dict, st: dict) -> str:
     """Our hidden size (the paper does not give it) and every setting that differs."""
-    return ", ".join([f"d={st['hidden']}", *settings_diffs(paper, st)])
+    diffs = [f"{key} {ours} (paper {theirs})" for key, theirs, ours in settings_diffs(paper, st)]
+    return ", ".join([f"d={st['hidden']}", *diffs])
 
 
 # --- Table 1 ------------------------------------------------------------------------------
@@ -139,7 +151,7 @@ def table2(s: Suite) -> Table:
     for ref in s.reference["table2"]:
         exps = s.experiments_for(ref["id"]) or [None]
         for exp in exps:
-            acc = metric(s, exp, "test_acc", 100.0) if exp else MISSING
+            acc = accuracy(s, exp) if exp else MISSING
             p = params(s, exp) if exp else math.nan
             note = settings_note(ref, s.settings[exp]) if exp else ""
             shared = "" if ref["shared"] is None else f"{ref['shared']} / {ref['private']}"
@@ -149,7 +161,9 @@ def table2(s: Suite) -> Table:
                 "private_pct": ref["private"], "anchors": ref["anchors"], "window": ref["window"],
                 "reading": ref["reading"], "paper_acc": ref["acc"], "experiment": exp or "",
                 "n": acc.n, "acc_mean": acc.mean, "acc_std": acc.std, "acc_ci_low": acc.ci_low,
-                "acc_ci_high": acc.ci_high, "diff": acc.mean - ref["acc"], "paper_params": ref["params"],
+                "acc_ci_high": acc.ci_high, "acc_ci_clipped": acc.clipped,
+                "acc_ci_uninformative": acc.uninformative, "diff": acc.mean - ref["acc"],
+                "paper_params": ref["params"],
                 "params": p, "settings": note,
             })
             disp.append({
@@ -167,7 +181,9 @@ def table2(s: Suite) -> Table:
                  "'Our settings' lists our hidden size d and where we differ.",
                  pd.DataFrame(rows), pd.DataFrame(disp), "llllrrrrrrrrlp",
                  ["Tasks read from garbled tick marks; see `reading` in config/reference.yaml.",
-                  "— = no experiment in this config or no finished run (never a zero)."])
+                  "— = no experiment in this config or no finished run (never a zero).",
+                  f"CSV acc_ci_low / acc_ci_high: the 95% t-interval over seeds, cut to [0, 100] "
+                  f"(acc_ci_clipped); acc_ci_uninformative when cut or wider than {WIDE_PP:g} pp."])
 
 
 # --- Table 3 ------------------------------------------------------------------------------
@@ -197,7 +213,7 @@ def table3(s: Suite) -> Table:
         names = []
         for ds in TABLE3_DATASETS:
             exp = best_experiment(s, table2_experiments(s, ds, kind))
-            acc = metric(s, exp, "test_acc", 100.0) if exp else MISSING
+            acc = accuracy(s, exp) if exp else MISSING
             row.update({ds: acc.mean, f"{ds}_std": acc.std, f"{ds}_n": acc.n, f"{ds}_experiment": exp or ""})
             d[DATASET_LABEL[ds] + " %"] = fmt.mean_std(acc) + (f" (n={acc.n})" if acc.n else "")
             names.append(exp or fmt.DASH)
@@ -219,9 +235,9 @@ def table4(s: Suite) -> Table:
     rows, disp = [], []
     for ref in s.reference["table4"]:
         for exp in s.experiments_for(ref["id"]) or [None]:
-            acc = metric(s, exp, "test_acc", 100.0) if exp else MISSING
-            main = metric(s, exp, "test_main_loss") if exp else MISSING
-            aux = metric(s, exp, "test_aux_loss") if exp else MISSING
+            acc = accuracy(s, exp) if exp else MISSING
+            main = loss(s, exp, "test_main_loss") if exp else MISSING
+            aux = loss(s, exp, "test_aux_loss") if exp else MISSING
             if exp and s.kind(exp) == "gru":
                 aux = MISSING  # no auxiliary task: the paper's "-", not a measured 0
             sp = shared_percent(s.settings[exp]) if exp else math.nan

@@ -1,0 +1,68 @@
+"""GPU claims (psrnn.gpus) without a GPU: the claims are lock files, so processes that
+each claim one of N devices are real processes here, and the devices are only indices."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from psrnn import gpus
+
+CLAIM = ("import sys, time; from pathlib import Path; from psrnn import gpus; "
+         "i = gpus.claim(int(sys.argv[1]), Path(sys.argv[2]), poll_s=0.05); "
+         "print(i, flush=True); time.sleep(float(sys.argv[3]))")
+
+
+def claimer(count: int, locks, hold_s: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CLAIM, str(count), str(locks), str(hold_s)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_parallel_jobs_get_distinct_devices_and_a_killed_job_frees_its_own(tmp_path):
+    a, b = claimer(2, tmp_path, 60), claimer(2, tmp_path, 60)
+    ia, ib = int(a.stdout.readline()), int(b.stdout.readline())
+    assert {ia, ib} == {0, 1}
+    c = claimer(2, tmp_path, 0)  # both claimed: waits
+    time.sleep(1.0)
+    assert c.poll() is None
+    a.send_signal(signal.SIGKILL)  # a crash releases the claim (flock dies with the process)
+    a.wait()
+    freed = int(c.stdout.readline())
+    c.wait(timeout=30)
+    assert freed == ia
+    assert (tmp_path / f"gpu{ib}.lock").read_text() == f"{b.pid}\n"
+    assert sorted(os.listdir(tmp_path)) == ["gpu0.lock", "gpu1.lock"]
+    b.kill()
+    b.wait()
+
+
+def test_one_visible_device_claims_nothing(tmp_path):
+    assert gpus.claim(1, tmp_path) is None and gpus.claim(0, tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_claim_is_held_until_released(tmp_path):
+    assert gpus.claim(2, tmp_path) == 0
+    assert gpus.claim(2, tmp_path) == 1  # a second job in this process gets the other
+    gpus.release()
+    assert gpus.claim(2, tmp_path) == 0
+    gpus.release()
+
+
+@pytest.mark.parametrize("visible, count", [("0,2", 2), ("3", 1), ("", 0), ("-1", 0)])
+def test_host_gpus_follows_cuda_visible_devices(monkeypatch, visible, count):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpus.host_gpus() == count
+
+
+def test_host_gpus_without_a_driver_is_zero(monkeypatch, tmp_path):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    assert gpus.host_gpus() == 0
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: a)'\necho 'GPU 1: NVIDIA H100 (UUID: b)'\n")
+    fake.chmod(0o755)
+    assert gpus.host_gpus() == 2
