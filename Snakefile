@@ -33,6 +33,7 @@ from psrnn import workflow as W
 
 
 configfile: workflow.source_path("config/paper.yaml")
+report: "paper/report/workflow.rst"
 
 
 # Snakemake merges --configfile into the file above; the jobs must see exactly one
@@ -52,15 +53,26 @@ DATA = str(C.data_root(CFG))
 # define the same runs (paper, paper-dbpedia) share their finished jobs. PYTHONPATH
 # makes the jobs run this checkout's code, also inside the container image. The config's
 # `job_env` (e.g. portable CPU numerics in config/small.yaml) goes to every job.
-shell.prefix(
-    "set -euo pipefail; "
-    f"export PSRNN_CONFIG='{W.shown(SUITE)}'; "
-    f"export PYTHONPATH='{workflow.basedir}/src'${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
-    + W.job_env(CFG).replace("{", "{{").replace("}", "}}")
-)
+shell.prefix(W.shell_prefix(SUITE, workflow.basedir, CFG))
 
 
 container: W.container(CFG)
+
+
+# With --use-singularity, stop before any job when the image is missing (the first job would
+# fail inside Snakemake otherwise), keep --nv when the user passes their own
+# --apptainer-args, and bind data/ and results/ when they are links out of the checkout.
+if W.uses_apptainer(workflow):
+    W.check_image(W.container(CFG), workflow.basedir)
+    workflow.deployment_settings.apptainer_args = W.apptainer_args(
+        workflow.deployment_settings.apptainer_args, CFG)
+
+
+# One training job per GPU of this host (psrnn.gpus gives each job its own device), unless
+# the command line says `--resources gpu=N`; cluster runs (--jobs/executor) leave it to
+# the scheduler.
+if workflow.resource_settings.nodes is None and "gpu" not in workflow.resource_settings.resources:
+    workflow.register_resource("gpu", W.local_gpu_slots())
 
 
 def current_or_plain(path, stamp):
@@ -69,10 +81,29 @@ def current_or_plain(path, stamp):
     return ancient(path) if W.is_current(path, stamp) else path
 
 
-def train_inputs(experiment):
-    """W.train_inputs (the prepared data, the grid search's choice), each current_or_plain."""
+def train_inputs(experiment, search=False):
+    """W.train_inputs: the stamped ones (manifest, the grid search's choice)
+    current_or_plain, the split tensors ancient(); `search`: without the choice."""
     stamps = W.train_input_stamps(CFG, experiment)
-    return {k: current_or_plain(v, stamps[k]) for k, v in W.train_inputs(CFG, experiment).items()}
+    return {k: current_or_plain(v, stamps[k]) if k in stamps else ancient(v)
+            for k, v in W.train_inputs(CFG, experiment).items()
+            if not (search and k == "selected")}
+
+
+def reported(path):
+    """A compiled file, marked for `snakemake --report` when W.report_item lists it."""
+    item = W.report_item(path)
+    if item is None:
+        return path
+    category, labels = item
+    caption = workflow.source_path(f"paper/report/{category.lower()}.rst")
+    return report(path, caption=caption, category=category, labels=labels)
+
+
+def train_resources():
+    """W.train_resources per job: the runtime (minutes) may differ by dataset."""
+    return {name: (lambda w, name=name: W.train_resources(CFG, W.experiment_dataset(CFG, w.experiment))[name])
+            for name in W.train_resources(CFG)}
 
 
 # On a cluster these run where Snakemake runs (the login node): downloads need the
@@ -120,7 +151,6 @@ rule download:
         f"{RESULTS}/logs/download/{{dataset}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/download/{{dataset}}.tsv"
-    retries: 2
     shell:
         'python -m psrnn download {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
 
@@ -146,7 +176,7 @@ rule prepare:
 rule search:
     """One grid point of an experiment, trained with the first seed."""
     input:
-        data=lambda w: train_inputs(w.experiment)["data"],
+        unpack(lambda w: train_inputs(w.experiment, search=True)),
     output:
         f"{RESULTS}/search/{{experiment}}/{{point}}/metrics.json",
     params:
@@ -159,7 +189,9 @@ rule search:
         f"{RESULTS}/benchmarks/search/{{experiment}}/{{point}}.tsv"
     threads: 1
     resources:
-        **W.train_resources(CFG),
+        **train_resources(),
+    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
+    retries: W.TRAIN_RETRIES
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {params.seed} --point {wildcards.point} "
@@ -199,7 +231,9 @@ rule train:
         f"{RESULTS}/benchmarks/train/{{experiment}}/seed{{seed}}.tsv"
     threads: 1
     resources:
-        **W.train_resources(CFG),
+        **train_resources(),
+    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
+    retries: W.TRAIN_RETRIES
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
@@ -213,7 +247,7 @@ rule compile:
         manifests=W.manifests(CFG),
         reference=workflow.source_path("config/reference.yaml"),
     output:
-        W.compile_outputs(CFG),
+        [reported(f) for f in W.compile_outputs(CFG)],
     log:
         f"{RESULTS}/logs/compile.log",
     benchmark:

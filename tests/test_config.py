@@ -270,12 +270,20 @@ def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
 @pytest.mark.parametrize("text,value", [
     ("1e-3", 0.001), ("1e6", 1e6), ("1E+3", 1000.0), ("-2.5e-2", -0.025), ("1.5e3", 1500.0),
     (".5e1", 5.0), ("0.05", 0.05), ("10", 10), ("1_000", 1000), ("1e", "1e"), ("e5", "e5"),
-    ("0x1e", 30), ("true", True), ("abc", "abc"),
+    ("0x1e", 30), ("true", True), ("False", False), ("abc", "abc"),
+    ("off", "off"), ("yes", "yes"), ("On", "On"),  # YAML 1.2: strings, as DVC writes them
 ])
 def test_set_values_read_yaml_1_2_exponents(text, value):
     """1e-3 is a float as YAML 1.2 and Python read it; everything else as PyYAML reads it."""
     got = C.parse_set([f"x={text}"])["x"]
     assert got == value and type(got) is type(value)
+
+
+def test_a_config_as_dvc_rewrites_it_reads_the_same(tmp_path):
+    """`dvc exp run -S` rewrites params.yaml as YAML 1.2, e.g. `latex: off` unquoted."""
+    (tmp_path / "s.yaml").write_text(f"extends: {SMALL}\nlatex: off\npaper_scale: false\n")
+    cfg = C.load_suite(tmp_path / "s.yaml")
+    assert cfg["latex"] == "off" and cfg["paper_scale"] is False
 
 
 def test_exponent_floats_in_a_config_file(tmp_path):

@@ -2,6 +2,7 @@
 sections and a pinned base, and both pin the same versions as uv.lock / pyproject.toml
 (images cannot be built here; these checks keep the recipes honest)."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -73,9 +74,13 @@ def test_dockerfile_lints_clean():
 
 def test_dockerfile_installs_exactly_the_lock_and_checks_health():
     text = DOCKERFILE.read_text()
-    syncs = re.findall(r"^RUN uv sync (.*)$", text, re.M)
-    assert len(syncs) == 2 and all("--frozen" in s for s in syncs)
-    assert "--no-install-project" in syncs[0] and "--no-install-project" not in syncs[1]
+    syncs = re.findall(r"^RUN if \[ \"\$\{TORCH\}\" = lock \]; then uv sync (.*?); \\\n"
+                       r"\s+else bash containers/torch-variant\.sh \"\$\{TORCH\}\" (.*?); fi$", text, re.M)
+    assert len(syncs) == 2 and all("--frozen" in lock for lock, _ in syncs)
+    assert "--no-install-project" in syncs[0][0] and "--no-install-project" not in syncs[1][0]
+    for lock, variant in syncs:  # the variant gets the same sync options
+        assert lock.replace("--frozen ", "") == variant
+    assert re.search(r"^ARG TORCH=lock$", text, re.M)
     assert re.search(r"^HEALTHCHECK .*import psrnn, torch.*torch\.cuda\.is_available\(\)", text, re.M | re.S)
     assert re.search(r"^COPY pyproject\.toml uv\.lock README\.md \./$", text, re.M)
 
@@ -83,16 +88,20 @@ def test_dockerfile_installs_exactly_the_lock_and_checks_health():
 def test_apptainer_definition_has_its_sections_and_a_pinned_base():
     text = DEF.read_text()
     sections = def_sections(text)
-    for name in ("labels", "help", "files", "files from uv", "environment", "post", "test", "runscript"):
+    for name in ("arguments", "labels", "help", "files", "files from uv", "environment", "post",
+                 "test", "runscript"):
         assert name in sections, name
     assert re.search(r"^Bootstrap: docker$", text, re.M)
     froms = re.findall(r"^From:\s*(\S+)$", text, re.M)
     for ref in froms:  # a tag, never latest or a bare name
         assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", ref), ref
     assert "uv sync --frozen" in sections["post"]
+    assert sections["arguments"].split() == ["TORCH=lock"]
+    assert 'bash containers/torch-variant.sh "{{ TORCH }}"' in sections["post"]
     assert "torch.cuda.is_available()" in sections["test"] and "import psrnn" in sections["test"]
     files = {line.split()[0] for line in sections["files"].strip().splitlines()}
-    assert files == {"pyproject.toml", "uv.lock", "README.md", "src", "config"}
+    assert files == {"pyproject.toml", "uv.lock", "README.md", "src", "config",
+                     "containers/torch-variant.sh"}
     assert "/opt/psrnn/.venv/bin" in sections["environment"]
 
 
@@ -136,3 +145,36 @@ def test_ci_runs_exactly_the_readme_test_command():
     lines = [ln for ln in ci.read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines[-1] == "uv run --frozen pytest"
     assert "python3 -m pip install -q uv==0.13.8" in lines
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cu126"])
+def test_torch_variant_installs_the_lock_without_its_cuda_wheels(tmp_path, variant):
+    """containers/torch-variant.sh, dry run (offline): everything of uv.lock but torch,
+    torchvision and the CUDA 13 runtime, then the locked torch pair from PyTorch's index."""
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv not on PATH")
+    for f in ("pyproject.toml", "uv.lock", "README.md", "containers/torch-variant.sh"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, tmp_path / f)
+    shutil.copytree(ROOT / "src", tmp_path / "src")
+    res = subprocess.run(["bash", "containers/torch-variant.sh", variant, "--no-default-groups"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DRY_RUN": "1", "UV_OFFLINE": "1"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    planned = re.findall(r"^ \+ ([\w.-]+)==", res.stdout + res.stderr, re.M)
+    assert "numpy" in planned and "scipy" in planned
+    assert not [p for p in planned if p.startswith(("torch", "nvidia", "cuda", "triton"))], planned
+    pip = re.search(r"^would run: uv pip install (.*)$", res.stdout, re.M)[1].split()
+    assert f"https://download.pytorch.org/whl/{variant}" in pip
+    assert f"torch=={locked_version('torch')}+{variant}" in pip
+    assert f"torchvision=={locked_version('torchvision')}+{variant}" in pip
+    assert ("--no-deps" in pip) == (variant == "cpu")
+
+
+def test_torch_variant_refuses_an_unknown_build():
+    res = subprocess.run(["bash", str(ROOT / "containers" / "torch-variant.sh"), "cu999"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("containers/torch-variant.sh: unknown variant 'cu999' "
+                                  "(cpu, cu126, cu128)")

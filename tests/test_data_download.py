@@ -51,6 +51,17 @@ def test_plain_folder_path_mirror_relative_to_cwd(fx, tmp_path, monkeypatch):
     assert record["files"]["aclImdb_v1.tar.gz"]["md5"] == sums["aclImdb_v1.tar.gz"]
 
 
+def test_a_missing_relative_local_dir_says_where_it_was_looked_for(fx, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as err:
+        D.download("imdb", tmp_path / "raw", offline(local_dir="archives/imdb",
+                                                     md5=str(fx / "imdb" / "MD5SUMS")))
+    assert str(err.value).endswith(
+        f" (relative paths archives/imdb are read from the current directory {tmp_path})")
+    assert (tmp_path / "archives" / "imdb" / "aclImdb_v1.tar.gz").as_uri() in str(err.value)
+    assert not (tmp_path / "raw" / "download.json").exists()
+
+
 def test_local_dir_is_used_before_mirrors(fx, tmp_path):
     record = D.download("imdb", tmp_path / "raw", offline(
         local_dir=str(fx / "imdb"), mirrors=[str(tmp_path / "nowhere")],

@@ -83,9 +83,12 @@ def test_paper_config_needs_no_fixtures_and_skips_disabled_dbpedia():
 
 def test_train_inputs_add_the_selection_only_for_grids():
     cfg = C.load_suite(SMALL)
-    assert W.train_inputs(cfg, "imdb_gru") == {"data": "data/small/prepared/imdb/manifest.json"}
+    splits = {s: f"data/small/prepared/imdb/{s}.pt" for s in ("train", "valid", "test")}
+    assert W.train_inputs(cfg, "imdb_gru") == {"data": "data/small/prepared/imdb/manifest.json",
+                                                **splits}
     assert W.train_inputs(cfg, "mnist_ps30_predrec_a4") == {
         "data": "data/small/prepared/mnist/manifest.json",
+        **{s: f.replace("imdb", "mnist") for s, f in splits.items()},
         "selected": "results/small/search/mnist_ps30_predrec_a4/selected.json"}
 
 
@@ -139,7 +142,7 @@ def test_job_env_is_exported_and_part_of_every_training_spec():
 
 
 def test_train_resources_come_from_the_config():
-    assert W.train_resources(C.load_suite(PAPER)) == {"gpu": 1, "mem_mb": 16000, "runtime": 2880}
+    assert W.train_resources(C.load_suite(PAPER), "dbpedia") == {"gpu": 1, "mem_mb": 16000, "runtime": 1020}
     assert W.train_resources(C.load_suite(SMALL))["gpu"] == 0
     assert W.train_resources({"name": "x"}) == W.TRAIN_RESOURCES
 
@@ -360,3 +363,143 @@ def test_command_line_config_values_are_refused(tmp_path):
     res = snakemake("-n", "--config", "dbpedia=true", cwd=tmp_path)
     assert res.returncode != 0
     assert "--config dbpedia: not supported" in res.stderr + res.stdout
+
+
+# --- job shell prefix, resources, containers, report -------------------------------------------
+
+
+def test_shell_prefix_survives_quotes_and_braces_in_paths(tmp_path):
+    """A config path with an apostrophe (and braces, which Snakemake's format would eat)
+    reaches the job as it is; so does a checkout path with a space."""
+    suite = tmp_path / "it's {mine}.yaml"
+    prefix = W.shell_prefix(suite, tmp_path / "my checkout", C.load_suite(SMALL))
+    formatted = prefix.format()  # what Snakemake's str.format leaves of it
+    out = subprocess.run(["bash", "-c", formatted + 'echo "$PSRNN_CONFIG|$PYTHONPATH|$MKL_CBWR"'],
+                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{suite.resolve()}|{tmp_path}/my checkout/src|COMPATIBLE"
+
+
+def test_training_runtime_may_differ_by_dataset():
+    cfg = C.load_suite(PAPER)
+    minutes = {d: W.train_resources(cfg, d)["runtime"] for d in C.DATASETS}
+    assert minutes["dbpedia"] > minutes["cifar10"] > minutes["mnist"] >= minutes["imdb"] > 0
+    assert W.train_resources(cfg, "mnist")["gpu"] == 1
+    assert W.train_resources(C.load_suite(SMALL), "mnist") == {"gpu": 0, "mem_mb": 2000, "runtime": 10}
+    assert W.train_resources({"resources": {"train": {"runtime": {"default": 7}}}}, "imdb")["runtime"] == 7
+
+
+def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
+    cfg = C.load_suite(SMALL)
+    items = {Path(f).name: W.report_item(f) for f in W.compile_outputs(cfg)}
+    shown = {n: i for n, i in items.items() if i is not None}
+    assert shown["REPORT.md"][0] == "Report"
+    assert shown["fig2_shared_proportion.png"] == ("Figures", {
+        "file": "fig2_shared_proportion.png",
+        "shows": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)"})
+    assert {n for n, i in shown.items() if i[0] == "Tables"} == {f"table{k}.csv" for k in range(1, 5)}
+    # one format of each: no PDF/SVG twins, no .md/.tex tables
+    assert not any(n.endswith((".pdf", ".svg", ".tex")) for n in shown)
+    assert all((ROOT / "paper" / "report" / f"{c.lower()}.rst").is_file() for c, _ in shown.values())
+
+
+def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):
+    with pytest.raises(C.ConfigError) as err:
+        W.check_image("containers/psrnn.sif", tmp_path)
+    assert str(err.value) == ("--use-singularity: image containers/psrnn.sif not found; build it "
+                              "first: apptainer build containers/psrnn.sif containers/psrnn.def "
+                              "(needs Apptainer >= 1.2; containers/README.md)")
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / "psrnn.sif").write_bytes(b"sif")
+    W.check_image("containers/psrnn.sif", tmp_path)
+    W.check_image("docker://ghcr.io/x/psrnn:0.1.0", tmp_path)  # Apptainer pulls these
+
+
+def test_apptainer_args_keep_nv_and_bind_data_linked_out_of_the_checkout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = C.load_suite(SMALL)
+    assert W.apptainer_args("", cfg) == "--nv"
+    assert W.apptainer_args("--bind /x --cleanenv", cfg) == "--bind /x --cleanenv --nv"
+    scratch = tmp_path.parent / f"{tmp_path.name}-scratch"
+    (scratch / "small").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "small").symlink_to(scratch / "small")
+    assert W.apptainer_args("--nv", cfg) == f"--nv --bind {scratch / 'small'}"
+
+
+def test_local_gpu_slots_are_the_hosts_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert W.local_gpu_slots() == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert W.local_gpu_slots() == 1  # a CPU host still runs GPU-asking jobs, one at a time
+
+
+def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
+    out = tmp_path / "params.yaml"
+    assert main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out)]) == 0
+    params = yaml.safe_load(out.read_text())
+    quick = C.load_suite(ROOT / "config" / "quick.yaml")
+    assert C.load_suite(out) == {**quick, "fixtures": "", "job_env": {}}
+    for keys in W.DVC_STAGE_PARAMS.values():
+        assert set(keys) <= set(params)
+    assert "extends" not in params
+
+
+def test_committed_params_yaml_is_the_small_config_resolved():
+    """dvc repro runs params.yaml: it must not drift from config/small.yaml."""
+    assert (ROOT / "params.yaml").read_text() == W.dvc_params("config/small.yaml")
+
+
+def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(tmp_path):
+    """The SLURM profile plans the paper config without edits (no partition placeholders),
+    each training job asks for its dataset's runtime, and search/train are re-submitted
+    (resuming their checkpoint) when killed at the walltime."""
+    res = snakemake("-n", "--workflow-profile", str(ROOT / "profiles" / "slurm"), cwd=tmp_path,
+                    timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    cfg = C.load_suite(PAPER)
+    seen = {}
+    for block in res.stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        exp = re.search(r"experiment=(\w+)", block)
+        if rule in ("train", "search"):
+            runtime = int(re.search(r"runtime=(\d+)", block)[1])
+            dataset = W.experiment_dataset(cfg, exp[1])
+            assert runtime == W.train_resources(cfg, dataset)["runtime"], (exp[1], runtime)
+            assert re.search(r"\bgpu=1\b", block) and "cpus_per_task=4" in block
+            seen[dataset] = runtime
+    assert seen == {"mnist": 120, "fmnist": 60, "cifar10": 240, "imdb": 60}  # DBpedia is off
+    assert "slurm_partition" not in res.stdout + res.stderr
+    compiled = snakemake("--print-compilation", cwd=tmp_path).stdout
+    retried = [rule.split("'")[1] for rule in compiled.split("@workflow.rule(name=")[1:]
+               if "@workflow.retries( W . TRAIN_RETRIES" in rule]
+    assert sorted(retried) == ["search", "train"] and W.TRAIN_RETRIES >= 2
+
+
+REFERENCE = re.compile(r"(?<![\w/.-])((?:config|src|tests|containers|profiles|paper|\.ci)/[\w./-]*[\w])")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "Snakefile", "dvc.yaml", "containers/README.md",
+                                 "data/README.md", *sorted(str(p.relative_to(ROOT)) for p in
+                                                            (ROOT / "config").glob("*.yaml")),
+                                 *sorted(str(p.relative_to(ROOT)) for p in
+                                         (ROOT / "profiles").glob("*/config.yaml"))])
+def test_every_path_a_document_names_exists(doc):
+    """Files and folders the README, the configs and the workflow files point a reader to."""
+    text = (ROOT / doc).read_text()
+    named = {m for m in REFERENCE.findall(text) if not m.endswith(".sif")}  # images are built
+    missing = sorted(m for m in named - {"config/mine.yaml"}  # the README's example of yours
+                     if not (ROOT / m).exists())
+    assert missing == [], missing
+
+
+def test_a_local_run_offers_one_gpu_slot_per_gpu_of_the_host(tmp_path):
+    """The Snakefile sets the `gpu` resource to the host's GPU count (here two, as
+    CUDA_VISIBLE_DEVICES says), so one training job per GPU runs at once."""
+    env_gpus = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "PYTHONPATH": str(ROOT / "src"),
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+           str(tmp_path), "--cores", "1", "--configfile", str(SMALL), "--until", "fixtures"]
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env_gpus)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'Provided resources: gpu=Resource("gpu", 2)' in res.stdout + res.stderr

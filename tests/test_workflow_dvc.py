@@ -2,6 +2,8 @@
 for part of the DAG; its outs must hold exactly the files those Snakemake jobs write, its
 deps the files they read from other stages, plus the code and config they run."""
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -16,16 +18,16 @@ from psrnn import workflow as W
 ROOT = C.ROOT
 STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snakefile)
     "data": ["src/psrnn/data"],
-    "train": ["src/psrnn/models.py", "src/psrnn/training.py", "src/psrnn/selection.py"],
+    "train": ["src/psrnn/models.py", "src/psrnn/training.py", "src/psrnn/gpus.py",
+              "src/psrnn/selection.py"],
     "compile": ["src/psrnn/results", "config/reference.yaml", "paper/main.tex"],
 }
 COMMON = ["Snakefile", "src/psrnn/workflow.py", "src/psrnn/config.py", "config/schema.yaml"]
 
 
-def stages(suite_file: str, name: str) -> dict[str, dict]:
-    """dvc.yaml's stages with params.yaml's variables filled in."""
-    text = (ROOT / "dvc.yaml").read_text()
-    text = text.replace("${suite.file}", suite_file).replace("${suite.name}", name)
+def stages(name: str) -> dict[str, dict]:
+    """dvc.yaml's stages with params.yaml's `name` filled in."""
+    text = (ROOT / "dvc.yaml").read_text().replace("${name}", name)
     assert "${" not in text.split("plots:")[0]
     return yaml.safe_load(text)["stages"]
 
@@ -54,11 +56,6 @@ def dry_run_jobs(suite: Path, until: str | None, cwd: Path) -> list[tuple[list[s
     return jobs
 
 
-def test_params_name_the_config_file_and_its_name():
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())["suite"]
-    assert C.load_suite(ROOT / params["file"])["name"] == params["name"]
-
-
 def test_dvc_resolves_the_stages():
     res = subprocess.run([sys.executable, "-m", "dvc", "stage", "list"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
@@ -67,29 +64,47 @@ def test_dvc_resolves_the_stages():
     assert "results/small/runs" in res.stdout
 
 
-def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_config():
-    st = stages("config/small.yaml", "small")
+def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
+    st = stages("small")
     untils = {}
     for name, stage in st.items():
-        m = re.fullmatch(r"snakemake --cores all --configfile config/small\.yaml(?: --until (\w+))?",
+        m = re.fullmatch(r"(?:mkdir -p results/small/search && )?"
+                         r"snakemake --cores all --configfile params\.yaml(?: --until (\w+))?",
                          stage["cmd"])
         assert m, stage["cmd"]
         untils[name] = m[1]
         deps = stage["deps"]
-        for path in ["config/small.yaml", *COMMON, *STAGE_CODE[name]]:
+        for path in [*COMMON, *STAGE_CODE[name]]:
             assert path in deps, (name, path)
             assert (ROOT / path).exists(), path
-        assert stage["params"] == ["suite"]
+        # DVC deletes a stage's outs before its command unless they persist: never
+        for out in stage["outs"] + stage.get("metrics", []):
+            assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
     assert untils == {"data": "prepare", "train": "train", "compile": None}
+    # the keys each stage tracks are the ones its jobs read (psrnn.workflow says which)
+    assert st["data"]["params"] == W.DVC_STAGE_PARAMS["data"]
+    assert st["train"]["params"] == W.DVC_STAGE_PARAMS["train"]
+    assert st["compile"]["params"] == [{"params.yaml": None}]  # the whole file
+
+
+def test_an_experiment_edit_is_no_data_edit():
+    """Snakemake's granularity, DVC's view: a dataset's keys are not an experiment's."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data_view = {k: params[k] for k in W.DVC_STAGE_PARAMS["data"]}
+    params["experiments"]["mnist_gru"]["window"] = 7
+    params["defaults"]["lr"] = 0.01
+    assert {k: params[k] for k in W.DVC_STAGE_PARAMS["data"]} == data_view
+    cfg = C.validate_suite(params)
+    assert W.dataset_spec(cfg, "mnist") == W.dataset_spec(C.load_suite(ROOT / "params.yaml"), "mnist")
 
 
 def test_every_stage_outs_are_its_snakemake_targets(tmp_path):
     """Stage by stage: the files its Snakemake command writes (jobs new to this stage)
     lie under its outs, every out holds some of them, and the files its jobs read from
     other stages lie under its deps."""
-    suite = ROOT / "config" / "small.yaml"
+    suite = ROOT / "params.yaml"
     cfg = C.load_suite(suite)
-    st = stages("config/small.yaml", "small")
+    st = stages("small")
     seen: set[str] = set()
     producer: dict[str, str] = {}
     for name, stage in st.items():
@@ -117,7 +132,7 @@ def test_every_stage_outs_are_its_snakemake_targets(tmp_path):
 def test_stage_outs_cover_the_paper_dag(config):
     """The same stages serve the paper configs: every job output lies under one stage."""
     cfg = C.load_suite(ROOT / "config" / config)
-    st = stages(f"config/{config}", cfg["name"])
+    st = stages(cfg["name"])
     all_outs = [p for s in st.values() for p in paths(s["outs"]) + paths(s.get("metrics", []))]
     for f in W.all_jobs_outputs(cfg):
         assert sum(under(f, [o]) for o in all_outs) == 1, f
@@ -128,5 +143,116 @@ def test_plots_are_figures_that_compile_writes():
     cfg = C.load_suite(ROOT / "config" / "small.yaml")
     written = set(W.compile_outputs(cfg))
     for p in plots:
-        path = (next(iter(p)) if isinstance(p, dict) else p).replace("${suite.name}", "small")
-        assert path in written, path
+        if isinstance(p, dict) and "y" in next(iter(p.values())):  # x/y data from tables
+            files = [f.replace("${name}", "small") for f in next(iter(p.values()))["y"]]
+        else:
+            files = [(next(iter(p)) if isinstance(p, dict) else p).replace("${name}", "small")]
+        for path in files:
+            assert path in written, path
+
+
+# --- dvc repro for real, in a scratch git repository ------------------------------------------
+
+# the small config cut to MNIST, one seed, one experiment without a grid (search/ stays
+# empty: the grid's jobs are checked against the stages by the dry runs above)
+DVC_EXPERIMENTS = ["mnist_gru"]
+
+
+@pytest.fixture(scope="module")
+def dvc_repo(tmp_path_factory):
+    """A git repository holding this checkout's workflow files (no data, no results),
+    params.yaml made from a cut-down small config, and a local DVC remote."""
+    import shutil
+
+    repo = tmp_path_factory.mktemp("dvc") / "repo"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for f in tracked:
+        top = f.split("/")[0]
+        if top in {"Snakefile", "dvc.yaml", ".dvcignore", ".dvc", ".gitignore", "config", "src",
+                   "paper", "profiles"} and (ROOT / f).is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, repo / f)
+    cfg = yaml.safe_load((ROOT / "config" / "small.yaml").read_text())
+    cfg["seeds"] = [0]
+    cfg["datasets"] = {"mnist": cfg["datasets"]["mnist"]}
+    cfg["experiments"] = {e: cfg["experiments"][e] for e in DVC_EXPERIMENTS}
+    (repo / "config" / "small.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / "params.yaml").write_text(W.dvc_params(repo / "config" / "small.yaml"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
+    return repo, env
+
+
+def sh(repo_env, *cmd: str, ok: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    repo, env = repo_env
+    res = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    if ok:
+        assert res.returncode == 0, (cmd, res.stdout[-4000:], res.stderr[-4000:])
+    return res
+
+
+def outputs(repo: Path) -> dict[str, int]:
+    """mtime of every file under data/ and the results' runs and search folders."""
+    files = [p for top in ("data/small", "results/small/runs", "results/small/search")
+             for p in (repo / top).rglob("*") if p.is_file()]
+    return {str(p.relative_to(repo)): p.stat().st_mtime_ns for p in files}
+
+
+@pytest.mark.slow
+def test_dvc_repro_keeps_what_snakemake_built_and_survives_a_code_edit(dvc_repo):
+    """The issue's case: Snakemake built everything, there is no dvc.lock yet; `dvc repro`
+    must neither delete nor redo anything, and again after a comment-only code edit."""
+    repo = dvc_repo[0]
+    sh(dvc_repo, sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "params.yaml")
+    built = outputs(repo)
+    assert any(f.endswith("metrics.json") for f in built) and any(f.endswith("train.pt") for f in built)
+    sh(dvc_repo, sys.executable, "-m", "dvc", "repro")
+    assert outputs(repo) == built
+    assert (repo / "dvc.lock").is_file()
+    source = repo / "src" / "psrnn" / "data" / "sources.py"
+    source.write_text(source.read_text() + "\n# a comment\n")
+    status = sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
+    assert "data:" in status and "modified:" in status
+    res = sh(dvc_repo, sys.executable, "-m", "dvc", "repro")
+    assert "Running stage 'data'" in res.stdout
+    assert outputs(repo) == built
+    assert "up to date" in sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
+
+
+@pytest.mark.slow
+def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
+    repo = dvc_repo[0]
+    sh(dvc_repo, "git", "add", "-A")
+    sh(dvc_repo, "git", "commit", "-qm", "results")
+    before = outputs(repo)
+    res = sh(dvc_repo, sys.executable, "-m", "dvc", "exp", "run", "-S", "defaults.lr=0.01")
+    assert "Running stage 'train'" in res.stdout and "Running stage 'data'" not in res.stdout
+    after = outputs(repo)
+    assert {f: t for f, t in after.items() if f.startswith("data/")} == \
+        {f: t for f, t in before.items() if f.startswith("data/")}
+    run = json.loads((repo / "results/small/runs/mnist_gru/seed0/metrics.json").read_text())
+    assert run["config"]["lr"] == 0.01
+    diff = sh(dvc_repo, sys.executable, "-m", "dvc", "params", "diff").stdout
+    assert re.search(r"params\.yaml\s+defaults\.lr\s+0\.03\s+0\.01", diff), diff
+    assert "acc" in sh(dvc_repo, sys.executable, "-m", "dvc", "metrics", "diff").stdout
+
+
+@pytest.mark.slow
+def test_dvc_push_and_pull_round_trip_through_a_local_remote(dvc_repo, tmp_path):
+    repo = dvc_repo[0]
+    sh(dvc_repo, sys.executable, "-m", "dvc", "remote", "add", "--local", "-d", "scratch",
+       str(tmp_path / "store"))
+    sh(dvc_repo, sys.executable, "-m", "dvc", "push")
+    metrics = repo / "results/small/runs/mnist_gru/seed0/metrics.json"
+    want = metrics.read_bytes()
+    import shutil
+
+    shutil.rmtree(repo / "results/small/runs")
+    shutil.rmtree(repo / "data/small")
+    sh(dvc_repo, sys.executable, "-m", "dvc", "pull")
+    assert metrics.read_bytes() == want
+    assert (repo / "data/small/prepared/mnist/train.pt").is_file()

@@ -97,6 +97,16 @@ def test_a_second_run_has_nothing_to_do(workdir):
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
+def test_snakemakes_html_report_holds_the_report_tables_and_figures(workdir):
+    res = snakemake(workdir, "--report", "report.html")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    html = (workdir / "report.html").read_text()
+    for name in ("REPORT.md", "table2.csv", "fig2_shared_proportion.png", "curves_mnist_gru.png"):
+        assert name in html, name
+    assert "Table 2: test accuracy of every model against the paper" in html  # the labels
+    assert "fig2_shared_proportion.pdf" not in html  # one format per figure
+
+
 @pytest.mark.parametrize("edit, expected", [
     # a dataset's preparation: its download and preparation, and every run on it
     (("datasets", "dbpedia", "prepare", "max_length", 90),

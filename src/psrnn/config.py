@@ -176,10 +176,15 @@ FLOAT_PATTERN = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-
     |[-+]?\.(?:inf|Inf|INF)
     |\.(?:nan|NaN|NAN))$""", re.X)
 FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.1 also reads yes/no/on/off as booleans; YAML 1.2 (ruamel, which `dvc exp run -S`
+# writes params.yaml with) reads them as strings and writes `latex: off` unquoted.
+BOOL_PATTERN = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that reads 1e-3, 1e6 and 1E+3 as floats and refuses a mapping
+    """yaml.SafeLoader that reads 1e-3, 1e6 and 1E+3 as floats, only true/false as
+    booleans (YAML 1.2 for both), and refuses a mapping
     that repeats a key (the later value would silently win). Config files and --set."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -200,7 +205,8 @@ class ConfigLoader(yaml.SafeLoader):
 
 
 ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, FLOAT_PATTERN if tag == FLOAT_TAG else regexp) for tag, regexp in resolvers]
+    first: [(tag, {FLOAT_TAG: FLOAT_PATTERN, BOOL_TAG: BOOL_PATTERN}.get(tag, regexp))
+            for tag, regexp in resolvers]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 

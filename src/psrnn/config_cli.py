@@ -2,6 +2,7 @@
 
     python -m psrnn config config/paper.yaml          # one line per run
     python -m psrnn config config/small.yaml --json   # the expanded plan, for tools
+    python -m psrnn config config/quick.yaml --dvc-params params.yaml   # what `dvc repro` runs
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import argparse
 import json
 
 from psrnn import config as C
+from psrnn.files import write_text
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="suite config (YAML)")
     p.add_argument("--json", action="store_true", help="print the expanded plan as JSON")
+    p.add_argument("--dvc-params", metavar="FILE",
+                   help="write the config resolved (extends: merged) to FILE for DVC (params.yaml)")
 
 
 def plan(cfg: dict) -> dict:
@@ -33,6 +37,12 @@ def plan(cfg: dict) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.path)
+    if args.dvc_params:
+        from psrnn.workflow import dvc_params
+
+        write_text(args.dvc_params, dvc_params(args.path))
+        print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
+        return 0
     p = plan(cfg)
     if args.json:
         print(json.dumps(p, indent=2, sort_keys=True))

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from psrnn import __version__
 from psrnn import config as C
+from psrnn import gpus
 from psrnn.cli import UserError
 from psrnn.data import SequenceSplit, load_split, read_manifest
 from psrnn.files import md5sum, read_json, torch_save, write_bytes, write_json, write_text
@@ -164,11 +165,18 @@ def run(args: argparse.Namespace) -> int:
 # --- setup -------------------------------------------------------------------------------
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, log: Callable[[str], None] = print) -> torch.device:
+    """The torch device for `device:`; plain `cuda` (or `auto` on a GPU host) claims a
+    free GPU of several (psrnn.gpus), so parallel jobs on one host never share one."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device={name!r} but CUDA is not available (use device=auto or cpu)")
+    if name == "cuda":
+        index = gpus.claim(torch.cuda.device_count(), log=log)
+        if index is not None:
+            torch.cuda.set_device(index)
+            return torch.device("cuda", index)
     return torch.device(name)
 
 
@@ -585,7 +593,7 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     if not cfg.data_dir:
         raise UserError("data_dir is empty: point it at a prepared dataset folder")
     session_start = time.perf_counter()
-    device = pick_device(cfg.device)
+    device = pick_device(cfg.device, log)
     manifest = read_manifest(cfg.data_dir)
     data = data_identity(cfg)
     splits = {s: load_split(cfg.data_dir, s) for s in ("train", "valid", "test")}

@@ -32,6 +32,9 @@ SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
 # Scheduler hints of one training job unless the suite config's `resources.train` says
 # otherwise: one GPU, host memory for the prepared split tensors, minutes of wall time.
 TRAIN_RESOURCES = {"gpu": 1, "mem_mb": 16000, "runtime": 24 * 60}
+# Re-submissions of a failed training job: one killed at its walltime (SLURM) or by a
+# crash resumes from ckpt_last.pt, so each attempt continues the run.
+TRAIN_RETRIES = 2
 
 
 # --- which config --------------------------------------------------------------------------
@@ -116,6 +119,34 @@ def compile_outputs(cfg: dict[str, Any]) -> list[str]:
     return [str(p) for p in output_paths(cfg)]
 
 
+# What each compiled table and file shows, for Snakemake's HTML report (`snakemake
+# --report`); the figures' titles come from psrnn.results.figures.TITLES.
+REPORT_ITEMS = {
+    "table1": "Table 1: datasets, sequence lengths, split sizes",
+    "table2": "Table 2: test accuracy of every model against the paper",
+    "table3": "Table 3: sequential MNIST and CIFAR-10 beside published results",
+    "table4": "Table 4: test accuracy against the shared proportion (CIFAR-10)",
+    "curves": "learning curves of one experiment (train and validation, every seed)",
+    "REPORT": "the reproduction report: verdicts, deviations, provenance",
+}
+
+
+def report_item(path: str) -> tuple[str, dict[str, str]] | None:
+    """(category, labels) of a compiled file shown in Snakemake's HTML report: the figures
+    as PNG, the tables as CSV, and REPORT.md; None for the other formats of the same."""
+    from psrnn.results.figures import TITLES
+
+    p = Path(path)
+    stem = "curves" if p.stem.startswith("curves_") else p.stem
+    shows = {**REPORT_ITEMS, **TITLES}
+    if stem not in shows or p.suffix not in {".png", ".csv", ".md"}:
+        return None
+    if p.suffix == ".md" and stem != "REPORT":
+        return None
+    category = {".png": "Figures", ".csv": "Tables", ".md": "Report"}[p.suffix]
+    return category, {"file": p.name, "shows": shows[stem]}
+
+
 def compile_report(cfg: dict[str, Any]) -> str:
     return f"{C.results_root(cfg)}/REPORT.md"
 
@@ -179,8 +210,12 @@ def experiment_dataset(cfg: dict[str, Any], experiment: str) -> str:
 
 
 def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
-    """A final run needs its prepared dataset, and its grid search's choice if it has one."""
-    inputs = {"data": manifest(cfg, experiment_dataset(cfg, experiment))}
+    """A final run needs its prepared dataset, and its grid search's choice if it has one.
+    The split tensors are inputs beside the manifest so that a deleted or lost one is
+    prepared again instead of failing the run."""
+    dataset = experiment_dataset(cfg, experiment)
+    inputs = {"data": manifest(cfg, dataset)}
+    inputs.update({Path(f).stem: f for f in prepared_files(cfg, dataset) if f.endswith(".pt")})
     if C.has_grid(cfg, experiment):
         inputs["selected"] = selection(cfg, experiment)
     return inputs
@@ -258,9 +293,75 @@ def is_current(path: str | Path, stamp: dict[str, str]) -> bool:
     return recorded == stamp[SPEC_KEY]
 
 
-def train_resources(cfg: dict[str, Any]) -> dict[str, int]:
-    """Snakemake resources of a training job: TRAIN_RESOURCES, then `resources.train`."""
-    return {**TRAIN_RESOURCES, **((cfg.get("resources") or {}).get("train") or {})}
+def train_resources(cfg: dict[str, Any], dataset: str | None = None) -> dict[str, Any]:
+    """Snakemake resources of a training job on `dataset`: TRAIN_RESOURCES, then the
+    config's `resources.train`, whose `runtime` (minutes) may be one number or a mapping
+    dataset -> minutes (`default:` for the rest)."""
+    res = {**TRAIN_RESOURCES, **((cfg.get("resources") or {}).get("train") or {})}
+    if isinstance(res["runtime"], dict):
+        per = res["runtime"]
+        res["runtime"] = per.get(dataset, per.get("default", TRAIN_RESOURCES["runtime"]))
+    return res
+
+
+def local_gpu_slots() -> int:
+    """The `gpu` resource of a local run: this host's GPUs (psrnn.gpus gives each training
+    job its own), at least 1 so that GPU-asking jobs also run, one at a time, on a CPU host."""
+    from psrnn.gpus import host_gpus
+
+    return max(1, host_gpus())
+
+
+# --- containers (--use-singularity) ------------------------------------------------------------
+
+IMAGE_BUILD = {  # how to build the images the configs name (containers/README.md)
+    "containers/psrnn.sif": "apptainer build containers/psrnn.sif containers/psrnn.def",
+    "containers/psrnn-cpu.sif": "apptainer build --build-arg TORCH=cpu "
+                                "containers/psrnn-cpu.sif containers/psrnn.def",
+}
+
+
+def uses_apptainer(workflow: Any) -> bool:
+    """Whether Snakemake runs jobs in the config's image (--use-singularity/--sdm apptainer)."""
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+    return DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+
+
+def check_image(image: str | None, basedir: str | Path) -> None:
+    """Raise a one-line ConfigError when the config's local image file does not exist."""
+    if not image or "://" in image:
+        return  # no container, or one Apptainer pulls itself (docker://, library://, oras://)
+    if not (Path(basedir) / image).is_file() and not Path(image).is_file():
+        build = IMAGE_BUILD.get(image, "see containers/README.md")
+        raise C.ConfigError(f"--use-singularity: image {image} not found; build it first: "
+                            f"{build} (needs Apptainer >= 1.2; containers/README.md)")
+
+
+def apptainer_args(args: str, cfg: dict[str, Any]) -> str:
+    """The user's --apptainer-args plus what the jobs need: --nv (the host's GPUs and
+    driver; only a warning on a host without) and a --bind for data/ and results/
+    folders that are links to places outside the checkout, which Apptainer would not see."""
+    words = shlex.split(args or "")
+    if "--nv" not in words:
+        words.append("--nv")
+    here = Path.cwd().resolve()
+    for root in (C.data_root(cfg), C.results_root(cfg), C.data_root(cfg).parent,
+                 C.results_root(cfg).parent):
+        real = root.resolve()
+        if root.exists() and not real.is_relative_to(here) and str(real) not in words:
+            words += ["--bind", str(real)]
+    return shlex.join(words)
+
+
+def shell_prefix(suite: str | Path, basedir: str | Path, cfg: dict[str, Any]) -> str:
+    """The Snakefile's shell.prefix: strict bash, the suite config ($PSRNN_CONFIG), this
+    checkout's src/ first on PYTHONPATH, the config's job_env. Paths are shell-quoted (a
+    config path may hold an apostrophe) and braces doubled (Snakemake formats the prefix)."""
+    prefix = (f"set -euo pipefail; export PSRNN_CONFIG={shlex.quote(shown(suite))}; "
+              f"export PYTHONPATH={shlex.quote(str(Path(basedir) / 'src'))}"
+              "${PYTHONPATH:+:$PYTHONPATH}; " + job_env(cfg))
+    return prefix.replace("{", "{{").replace("}", "}}")
 
 
 def job_env(cfg: dict[str, Any]) -> str:
@@ -276,7 +377,7 @@ def container(cfg: dict[str, Any]) -> str | None:
 
 # --- parameter counts ------------------------------------------------------------------------
 
-# Shape of each dataset's model input, from the preparation rules (PAPER_NOTES, Table 1):
+# Shape of each dataset's model input, from the preparation rules (data/README.md, Table 1):
 # (input kind, values per step or alphabet size, classes). Text alphabets come from the
 # config's `prepare.alphabet_size` when set.
 INPUT_SHAPES = {
@@ -348,3 +449,40 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- DVC's params.yaml ------------------------------------------------------------------------
+
+# Top-level keys each DVC stage tracks in params.yaml (dvc.yaml lists the same; a test
+# checks): the keys its Snakemake jobs read, so `dvc exp run -S experiments.x.window=...`
+# leaves the data stage alone, as Snakemake would. The compile stage tracks the whole file.
+DVC_STAGE_PARAMS = {
+    "data": ["name", "fixtures", "datasets", "job_env"],
+    "train": ["name", "seeds", "datasets", "defaults", "experiments", "resources", "job_env"],
+}
+# Optional keys written even when the source config lacks them (their meaning when
+# absent), because DVC stops on a tracked key that is missing from params.yaml.
+DVC_ABSENT = {"fixtures": "", "job_env": {}, "resources": {}, "defaults": {}}
+
+
+def dvc_params(path: str | Path) -> str:
+    """params.yaml for `dvc repro`: the suite config at `path` resolved (its `extends:`
+    chain merged, every tracked key present), as YAML with a header naming its source.
+
+    DVC tracks and sets (`dvc exp run -S defaults.lr=0.001`) keys of one YAML file and
+    cannot follow `extends:`, so it gets the resolved config; the stages run Snakemake
+    with `--configfile params.yaml`.
+    """
+    import yaml
+
+    cfg = C.load_suite(path)
+    cfg.update({k: v for k, v in DVC_ABSENT.items() if k not in cfg})
+    source = shown(path)
+    header = (
+        f"# The suite config `dvc repro` runs: {source}, resolved by\n"
+        f"#   python -m psrnn config {source} --dvc-params params.yaml\n"
+        f"# (comments and explanations live in {source}). Edit it here, or per experiment\n"
+        f"# with `dvc exp run -S defaults.lr=0.001`; re-run the command above after editing\n"
+        f"# {source}. dvc.yaml lists the keys each stage depends on.\n"
+    )
+    return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None, width=100)

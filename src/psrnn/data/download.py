@@ -89,6 +89,16 @@ def expected_md5(src: Source, opts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def relative_note(opts: dict[str, Any]) -> str:
+    """Where relative local_dir/mirrors paths were read from (the current directory, which
+    under Snakemake is the checkout), for error messages; '' when there are none."""
+    bases = ([opts["local_dir"]] if opts.get("local_dir") else []) + list(opts.get("mirrors") or [])
+    relative = [b for b in bases if "://" not in b and not Path(b).expanduser().is_absolute()]
+    if not relative:
+        return ""
+    return f" (relative paths {', '.join(relative)} are read from the current directory {Path.cwd()})"
+
+
 def as_base_url(place: str) -> str:
     """A mirror as a base URL ending in '/': URLs pass through, paths become file:// URLs."""
     if "://" not in place:
@@ -213,7 +223,8 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
             log(f"  failed: {failures[-1].split(': ', 1)[1]}")
         else:
             tried = "; ".join(failures) if failures else "no place to look (official: false, no mirrors)"
-            raise UserError(f"{dataset}: could not get {name} (expected md5 {want}): {tried}")
+            raise UserError(f"{dataset}: could not get {name} (expected md5 {want}): {tried}"
+                            f"{relative_note(opts)}")
     files.write_json(raw_dir / MARKER, record)
     return record
 
