@@ -133,6 +133,22 @@ def test_an_edited_config_reruns_exactly_what_it_changes_in_one_invocation(workd
     assert job_counts(res.stdout) == expected
 
 
+def test_a_lost_split_tensor_is_prepared_again_before_training(workdir):
+    """train.pt deleted, its manifest still there: the dataset is prepared again (the
+    runs on it wait for that) instead of training jobs failing on the missing file."""
+    lost = workdir / W.prepared_files(CFG, "mnist")[0]
+    kept = lost.read_bytes()
+    lost.unlink()
+    try:
+        res = snakemake(workdir, "-n", "--quiet", "rules")
+        assert res.returncode == 0, res.stderr
+        counts = job_counts(res.stdout)
+        assert counts.get("prepare") == 1 and "download" not in counts, counts
+    finally:
+        lost.write_bytes(kept)
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+
 def test_deleting_one_run_redoes_that_run_and_what_depends_on_it(workdir):
     target = workdir / W.run_metrics(CFG, "imdb_gru", 1)
     target.unlink()
