@@ -240,6 +240,11 @@ def test_verdict_logic():
     assert verdict(101.0, s, paper_scale=True) == "not reproduced (ours lower)"
     assert verdict(98.9, summarize([0.99]), paper_scale=True) == "1 seed (no CI)"
     assert verdict(98.9, summarize([]), paper_scale=True) == "missing"
+    # 2 seeds 4 points apart: the CI spans ~36 points and holds any nearby number
+    wide = bounded(summarize([90.0, 94.0]), 0.0, 100.0, wide=WIDE_PP)
+    assert verdict(92.5, wide, paper_scale=True) == "inconclusive (paper value within a CI wider than 10 pp)"
+    assert verdict(99.9, bounded(summarize([50.0, 51.0]), 0, 100, wide=WIDE_PP), True) == \
+        "not reproduced (ours lower)"
     # a small config never claims a reproduction, even when the number falls inside the CI
     assert verdict(98.9, s, paper_scale=False) == "not assessed (small config)"
 

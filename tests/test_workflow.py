@@ -492,14 +492,3 @@ def test_every_path_a_document_names_exists(doc):
                      if not (ROOT / m).exists())
     assert missing == [], missing
 
-
-def test_a_local_run_offers_one_gpu_slot_per_gpu_of_the_host(tmp_path):
-    """The Snakefile sets the `gpu` resource to the host's GPU count (here two, as
-    CUDA_VISIBLE_DEVICES says), so one training job per GPU runs at once."""
-    env_gpus = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "PYTHONPATH": str(ROOT / "src"),
-                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-           str(tmp_path), "--cores", "1", "--configfile", str(SMALL), "--until", "fixtures"]
-    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env_gpus)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert 'Provided resources: gpu=Resource("gpu", 2)' in res.stdout + res.stderr

@@ -239,6 +239,8 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
     diff = sh(dvc_repo, sys.executable, "-m", "dvc", "params", "diff").stdout
     assert re.search(r"params\.yaml\s+defaults\.lr\s+0\.03\s+0\.01", diff), diff
     assert "acc" in sh(dvc_repo, sys.executable, "-m", "dvc", "metrics", "diff").stdout
+    plots = sh(dvc_repo, sys.executable, "-m", "dvc", "plots", "diff", "--json").stdout
+    assert "shared_proportion" in plots and "acc_mean" in plots and "paper_acc" in plots
 
 
 @pytest.mark.slow

@@ -120,7 +120,7 @@ def compile_outputs(cfg: dict[str, Any]) -> list[str]:
 
 
 # What each compiled table and file shows, for Snakemake's HTML report (`snakemake
-# --report`); the figures' titles come from psrnn.results.figures.TITLES.
+# --report`); the figures' titles come from psrnn.results.FIGURE_TITLES.
 REPORT_ITEMS = {
     "table1": "Table 1: datasets, sequence lengths, split sizes",
     "table2": "Table 2: test accuracy of every model against the paper",
@@ -134,11 +134,11 @@ REPORT_ITEMS = {
 def report_item(path: str) -> tuple[str, dict[str, str]] | None:
     """(category, labels) of a compiled file shown in Snakemake's HTML report: the figures
     as PNG, the tables as CSV, and REPORT.md; None for the other formats of the same."""
-    from psrnn.results.figures import TITLES
+    from psrnn.results import FIGURE_TITLES
 
     p = Path(path)
     stem = "curves" if p.stem.startswith("curves_") else p.stem
-    shows = {**REPORT_ITEMS, **TITLES}
+    shows = {**REPORT_ITEMS, **FIGURE_TITLES}
     if stem not in shows or p.suffix not in {".png", ".csv", ".md"}:
         return None
     if p.suffix == ".md" and stem != "REPORT":

@@ -26,11 +26,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn.files import atomic_path  # noqa: E402
+from psrnn.results import FIGURE_FORMATS as FORMATS  # noqa: E402
+from psrnn.results import FIGURE_TITLES as TITLES  # noqa: E402
 from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Suite, load_history, load_npz, shared_percent  # noqa: E402
 from psrnn.results.tables import best_experiment, metric, table2_experiments  # noqa: E402
 
-FORMATS = ("pdf", "png", "svg")
 STYLE = {
     "font.family": "DejaVu Sans",  # ships with matplotlib: same glyphs on every machine
     "font.size": 9,
@@ -49,12 +50,6 @@ METADATA = {
     "svg": {"Creator": "psrnn", "Date": None},
 }
 COLORS = {"acc": "C0", "main": "C1", "aux": "C2"}
-TITLES = {  # also the captions REPORT.md gives the figures
-    "fig1_gradient_norms": "Figure 1, measured: gradient norm per time step w.r.t. the hidden state "
-                           "(best checkpoint)",
-    "fig2_shared_proportion": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)",
-    "fig3_hidden_states": "Figure 3: hidden-state pictures (each unit's values over time, one square per unit)",
-}
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:

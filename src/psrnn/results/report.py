@@ -18,7 +18,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn.results import fmt
 from psrnn.results.collect import Run, Suite, manifest_stats
-from psrnn.results.figures import TITLES
+from psrnn.results import FIGURE_TITLES as TITLES
 from psrnn.results.stats import (MISSING, PP, WIDE_PP, Summary, bounded, difference_verdict, paired,
                                  t_quantile, verdict)
 from psrnn.results.tables import (DATASET_LABEL, MODEL_LABEL, accuracy, best_experiment, loss, metric,

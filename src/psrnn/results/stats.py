@@ -107,6 +107,8 @@ def verdict(paper: float | None, ours: Summary, paper_scale: bool) -> str:
     if ours.n < 2:
         return "1 seed (no CI)"
     if ours.ci_low <= paper <= ours.ci_high:
+        if ours.wide:  # it would also hold numbers the paper tells apart
+            return f"inconclusive (paper value within a CI wider than {WIDE_PP:g} pp)"
         return "reproduced (paper value within our 95% CI)"
     side = "higher" if ours.mean > paper else "lower"
     return f"not reproduced (ours {side})"
