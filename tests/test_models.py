@@ -1,18 +1,24 @@
-"""Model tests: shapes, parameter counts, anchors/windows, gradient isolation, and the
-vectorised auxiliary loss against a plain per-anchor, per-step reference.
+"""Model tests: settings, shapes, parameter counts, anchors/windows, gradient isolation,
+the vectorised auxiliary loss against a plain per-anchor, per-step reference, and the
+decoder interface.
 
     uv run pytest tests/test_models.py -q
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
 
+from psrnn import config as C
 from psrnn.config import ConfigError, RunConfig
-from psrnn.models import (build_model, count_params, gather_steps, grad_norms, hidden_states,
-                          param_counts, sample_anchors, window_positions)
+from psrnn.models import (AUX_TASKS, PSRNN, AuxDecoder, ModelConfig, build_model, count_params,
+                          gather_steps, grad_norms, gru_cell, hidden_states, param_counts,
+                          sample_anchors, window_positions)
+from psrnn.naive import NaivePSRNN
 
 
 def cfg_(**kw) -> RunConfig:
@@ -35,6 +41,67 @@ def text(lengths=(30, 17, 9, 4), V=7, seed=0):
 
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)
+
+
+# --- the model's settings and its task table -------------------------------------------
+
+
+def test_model_config_holds_the_model_settings_of_a_run():
+    run = cfg_(tasks=("pred",), decoder_input="estimate", embedding=4, head="mlp", init="chrono")
+    mc = ModelConfig.from_run(run, "categorical", 7, 3, steps=50)
+    assert mc == ModelConfig(input_kind="categorical", features=7, classes=3, hidden=12,
+                             shared_units=6, tasks=("pred",), window=4, decoder_layers=1,
+                             teacher=False, embedding=4, head="mlp", head_hidden=0,
+                             init="chrono", init_steps=50)
+    assert mc.input_size == 4
+    torch.manual_seed(0)
+    direct = PSRNN(mc)
+    torch.manual_seed(0)
+    built = build_model(run, "categorical", 7, 3, steps=50)
+    assert built.config == mc
+    for k, v in direct.state_dict().items():
+        assert torch.equal(v, built.state_dict()[k])
+    # no anchor: no auxiliary loss, so neither shared units nor tasks reach the model
+    no_aux = ModelConfig.from_run(cfg_(anchors=0), "continuous", 2, 5)
+    assert (no_aux.shared_units, no_aux.tasks) == (0, ())
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"input_kind": "audio"}, "input kind 'audio'"),
+    ({"tasks": ("rec", "denoise")}, "denoise"),
+    ({"tasks": ()}, "shared_units=6"),
+    ({"shared_units": 0}, "shared_units=0"),
+])
+def test_model_config_refuses_a_model_it_cannot_build(change, match):
+    mc = ModelConfig.from_run(cfg_(), "continuous", 2, 5)
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(mc, **change)
+
+
+def test_config_and_schema_offer_exactly_the_tasks_of_the_table():
+    # config.py and config/schema.yaml do not import torch, so they name the tasks themselves
+    assert C.TASKS == tuple(AUX_TASKS)
+    assert C.suite_schema()["$defs"]["run"]["properties"]["tasks"]["items"]["enum"] == list(AUX_TASKS)
+
+
+def test_gru_cell_steps_like_the_gru_layer_it_copies():
+    torch.manual_seed(0)
+    gru = nn.GRU(3, 5, num_layers=2, batch_first=True)
+    cells = [gru_cell(gru, 0), gru_cell(gru, 1)]
+    assert cells[0].weight_ih.shape == (15, 3) and cells[1].weight_ih.shape == (15, 5)
+    x = torch.randn(4, 6, 3)
+    out, h_n = gru(x)  # (B, T, 5), (2, B, 5)
+    h = [torch.zeros(4, 5), torch.zeros(4, 5)]
+    for t in range(6):
+        h[0] = cells[0](x[:, t], h[0])
+        h[1] = cells[1](h[0], h[1])
+        torch.testing.assert_close(h[1], out[:, t])
+    torch.testing.assert_close(torch.stack(h), h_n)
+    # trainable copies: the slow reference trains its cell apart from the model's GRU
+    assert all(p.is_leaf and p.requires_grad for p in cells[0].parameters())
+    with torch.no_grad():
+        cells[0].weight_hh.add_(1.0)
+    assert not torch.equal(cells[0].weight_hh, gru.weight_hh_l0)
 
 
 # --- shapes and parameter counts ---------------------------------------------------------
@@ -205,19 +272,12 @@ def test_targets_outside_the_sequence_are_masked():
 def reference_aux(model, inp, H, lengths, anchors) -> torch.Tensor:
     """Per sequence, per anchor, per window step, with GRUCells: eq. 3.1-3.9 read literally."""
     B, m = anchors.shape
-    r, l = model.shared_units, model.window
+    r, l = model.shared_units, model.config.window
     source = inp.detach() if model.embed is not None else inp
     total = torch.zeros(B)
     for task, dec in model.decoders.items():
-        cells = []
-        for k in range(dec.layers):
-            cell = nn.GRUCell(source.shape[-1] if k == 0 else r, r)
-            cell.weight_ih.data = getattr(dec.gru, f"weight_ih_l{k}").data
-            cell.weight_hh.data = getattr(dec.gru, f"weight_hh_l{k}").data
-            cell.bias_ih.data = getattr(dec.gru, f"bias_ih_l{k}").data
-            cell.bias_hh.data = getattr(dec.gru, f"bias_hh_l{k}").data
-            cells.append(cell)
-        sign = -1 if task == "rec" else 1
+        cells = [gru_cell(dec.gru, k) for k in range(dec.layers)]
+        sign = {"rec": -1, "pred": +1}[task]  # the paper's two tasks, written out
         for b in range(B):
             n = int(lengths[b])
             for j in range(m):
@@ -236,7 +296,7 @@ def reference_aux(model, inp, H, lengths, anchors) -> torch.Tensor:
                     target = source[b, t] if inside else torch.zeros_like(est)
                     if inside:
                         loss = loss + ((est - target) ** 2).sum()
-                    step_in = target if model.teacher else est
+                    step_in = target if model.config.teacher else est
                 total[b] = total[b] + loss / l
     return total
 
@@ -364,6 +424,46 @@ def test_hidden_states_match_encoder_and_are_zero_after_the_end():
     torch.testing.assert_close(states[1], H[1])
     torch.testing.assert_close(states[0, :12], H[0, :12])
     assert torch.count_nonzero(states[0, 12:]) == 0
+
+
+# --- the decoder interface (models.AuxDecoder) -------------------------------------------
+
+
+class MeanUpToAnchor(AuxDecoder):
+    """Reads every shared state up to its anchor (a stand-in for an attention decoder)."""
+
+    reads_sequence = True
+
+    def __init__(self, shared_units: int, features: int):
+        super().__init__()
+        self.out = nn.Linear(shared_units, features)
+
+    def forward(self, h0, inputs, teacher, shared=None):
+        B, m = shared.anchors.shape
+        states = shared.states.repeat_interleave(m, dim=0)  # (N, T, r): window i is sequence i // m
+        upto = torch.arange(states.shape[1]) <= shared.anchors.reshape(-1, 1)  # (N, T)
+        mean = (states * upto[..., None]).sum(1) / upto.sum(1, keepdim=True)  # (N, r)
+        return self.out(mean)[:, None].expand(-1, inputs.shape[1], -1)  # (N, l, F)
+
+
+def test_a_decoder_can_read_all_shared_states_and_still_never_the_private_ones():
+    torch.manual_seed(0)
+    model = build_model(cfg_(hidden=12, shared=0.25, tasks=("rec", "pred"), anchors=2),
+                        "continuous", 2, 5)
+    model.decoders["pred"] = MeanUpToAnchor(model.shared_units, 2)
+    x, lengths = images(B=3, T=30, F=2)
+    anchors = torch.tensor([[8, 20], [5, 14], [10, 25]])
+    inp = model.inputs(x)
+    H = model.encode(inp)  # (B, T, d)
+    aux = model.aux_loss(inp, H, lengths, anchors)
+    g, = torch.autograd.grad(aux.sum(), H)
+    r = model.shared_units
+    assert torch.count_nonzero(g[..., r:]) == 0  # the private units stay out
+    reached = g[..., :r].norm(dim=-1) > 0  # (B, T): every step up to the last anchor, none after
+    assert torch.equal(reached, torch.arange(30)[None, :] <= anchors.max(1).values[:, None])
+    # the slow reference hands the same states to the same decoder
+    torch.testing.assert_close(NaivePSRNN.from_model(model)(x, lengths, anchors)[1],
+                               model(x, lengths, anchors)[1], rtol=1e-5, atol=1e-6)
 
 
 # --- initialisation (models.init_recurrent) ----------------------------------------------

@@ -27,9 +27,16 @@ Choices the sources leave open (stated so a reader can see them):
   uniform default, or orthogonal recurrent weights with the update gate's bias drawn
   "chrono" style so that units start out remembering over up to T steps. The paper does
   not say how it initialised; the decoders (windows of at most 64 steps) keep PyTorch's.
+
+Where to extend it: `ModelConfig` holds every knob of the model (built from a RunConfig by
+`ModelConfig.from_run`), `AUX_TASKS` has one row per auxiliary task, and `AuxDecoder`
+states what a decoder is given (the shared states at the anchors, or all of them) and
+what it returns.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,6 +46,85 @@ from torch import nn
 from psrnn.config import INITS, ConfigError, RunConfig
 
 INPUT_KINDS = ("continuous", "categorical")  # manifest.json "input"
+
+
+# --- the auxiliary tasks and the model's settings ----------------------------------------
+
+
+@dataclass(frozen=True)
+class AuxTask:
+    """One auxiliary task: a window of `window` inputs beside each anchor, decoded from h^s."""
+
+    direction: int  # -1: the inputs before the anchor, read backwards; +1: the inputs after it
+    description: str  # one line, for config docs and the schema
+
+
+# Every task the model knows; `window_positions` reads the direction. A new task that is
+# another window beside the anchor is one row here (and its name in config.TASKS and the
+# schema, which tests/test_models.py checks against this table).
+AUX_TASKS = {
+    "rec": AuxTask(-1, "reconstruct the window before the anchor, backwards (thesis eq. 3.1-3.4)"),
+    "pred": AuxTask(+1, "predict the window after the anchor (thesis eq. 3.5-3.8)"),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything PSRNN's shape and initialisation depend on, and nothing else: no data
+    paths, no optimisation. No defaults: RunConfig holds them; `from_run` takes a run's.
+
+    shared_units = 0 and tasks = () build exactly a plain GRU + head.
+    """
+
+    input_kind: str  # one of INPUT_KINDS: "continuous" float vectors or "categorical" symbol indices
+    features: int  # values per step, or alphabet size
+    classes: int  # classifier outputs C
+    hidden: int  # main GRU hidden size d
+    shared_units: int  # r: units h[:r] that start the decoders; 0 exactly when `tasks` is empty
+    tasks: tuple[str, ...]  # keys of AUX_TASKS, one decoder each, built in this order
+    window: int  # window length l of every task
+    decoder_layers: int  # GRU layers per decoder (hidden size r; each layer starts from h^s)
+    teacher: bool  # decoder step k reads the true x_{k-1}; False: its own previous estimate
+    embedding: int  # categorical only: >0 learns an embedding of this size; 0 = one-hot
+    head: str  # classifier on the full final state: "linear" | "mlp"
+    head_hidden: int  # width of the MLP head's hidden layer (0 = same as `hidden`)
+    init: str  # main GRU initialisation, one of INITS (`init_recurrent`)
+    init_steps: int  # the sequence length "chrono" spreads memories over
+
+    def __post_init__(self):
+        if self.input_kind not in INPUT_KINDS:
+            raise ValueError(f"input kind {self.input_kind!r} not in {INPUT_KINDS}")
+        if self.embedding > 0 and self.input_kind != "categorical":
+            raise ConfigError(f"embedding={self.embedding}: a learned embedding needs text "
+                              f"(categorical) input, this data is {self.input_kind}")
+        if any(task not in AUX_TASKS for task in self.tasks):
+            raise ValueError(f"tasks {self.tasks}: each must be one of {tuple(AUX_TASKS)}")
+        if (self.shared_units > 0) != bool(self.tasks):
+            raise ValueError(f"shared_units={self.shared_units} with tasks {self.tasks}: "
+                             f"shared units exist only to feed a task")
+
+    @classmethod
+    def from_run(cls, run: RunConfig, input_kind: str, features: int, classes: int,
+                 steps: int = 784) -> ModelConfig:
+        """The model settings of `run` on data of `input_kind` with `features` values (or
+        symbols) per step and `classes` classes; steps: `init_steps` (training passes the
+        prepared training split's mean length). A run without auxiliary loss (no shared
+        unit, no task or no anchor) gets r = 0 and no task."""
+        aux = run.has_aux
+        return cls(input_kind=input_kind, features=features, classes=classes, hidden=run.hidden,
+                   shared_units=run.shared_units if aux else 0, tasks=tuple(run.tasks) if aux else (),
+                   window=run.window, decoder_layers=run.decoder_layers,
+                   teacher=run.decoder_input == "teacher", embedding=run.embedding, head=run.head,
+                   head_hidden=run.head_hidden, init=run.init, init_steps=steps)
+
+    @property
+    def categorical(self) -> bool:
+        return self.input_kind == "categorical"
+
+    @property
+    def input_size(self) -> int:
+        """F': the width of the vectors the main GRU and the decoders read."""
+        return self.embedding or self.features  # __post_init__: an embedding means categorical
 
 
 # --- anchors and windows (pure functions of tensors, tested on their own) ----------------
@@ -76,14 +162,15 @@ def sample_anchors(lengths: torch.Tensor, count: int, window: int, sampling: str
 
 
 def window_positions(anchors: torch.Tensor, window: int, task: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(decoder input positions, target positions), each int64 (B, m, window).
+    """(decoder input positions, target positions), each int64 (B, m, window), for a task
+    of AUX_TASKS:
 
     rec:  inputs a, a-1, ..., a-l+1  -> targets a-1, a-2, ..., a-l  (backwards, eq. 3.1-3.3)
     pred: inputs a, a+1, ..., a+l-1  -> targets a+1, a+2, ..., a+l  (eq. 3.5-3.7)
     Step k's teacher-forced input is step k-1's target; step 0 gets x_a itself.
     """
     k = torch.arange(window, device=anchors.device)  # (l,)
-    sign = {"rec": -1, "pred": 1}[task]
+    sign = AUX_TASKS[task].direction
     inputs = anchors[..., None] + sign * k  # (B, m, l)
     return inputs, inputs + sign
 
@@ -134,11 +221,60 @@ def init_recurrent(gru: nn.GRU, scheme: str, steps: int, generator: torch.Genera
         gru.bias_ih_l0[d:2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
 
 
-# --- modules -----------------------------------------------------------------------------
+def gru_cell(gru: nn.GRU, layer: int = 0) -> nn.GRUCell:
+    """A GRUCell holding a copy of `gru`'s weights of `layer`, on their device: one call
+    of it is one step of that layer (nn.GRU and nn.GRUCell order the gates r, z, n alike).
+
+    The cell is built with PyTorch's init before the copy, so it draws from the global RNG
+    as any new GRUCell does. Used for the step-by-step replays: `grad_norms`, the slow
+    reference `psrnn.naive` and the tests' literal decoder.
+    """
+    w_ih = getattr(gru, f"weight_ih_l{layer}")  # (3 * hidden, input)
+    cell = nn.GRUCell(w_ih.shape[1], gru.hidden_size, bias=gru.bias)
+    with torch.no_grad():
+        for name, p in cell.named_parameters():  # weight_ih, weight_hh[, bias_ih, bias_hh]
+            p.copy_(getattr(gru, f"{name}_l{layer}"))
+    return cell.to(w_ih.device)
 
 
-class Decoder(nn.Module):
-    """One auxiliary task: a GRU of hidden size r started from h^s, and a linear read-out."""
+# --- decoders: what one auxiliary task is given and returns ------------------------------
+
+
+@dataclass(frozen=True)
+class SharedStates:
+    """Every step's shared state of a batch, for a decoder that reads more than h^s at its
+    anchor (`AuxDecoder.reads_sequence`). States after an anchor have read that anchor's
+    "pred" targets: such a decoder must mask them, or it is shown its answers."""
+
+    states: torch.Tensor  # (B, T, r) h^s_1..h^s_T; after a sequence's end they read padding
+    lengths: torch.Tensor  # int64 (B,) steps per sequence
+    anchors: torch.Tensor  # int64 (B, m): window i of the N = B*m decoded sits at anchors[i // m, i % m]
+
+
+class AuxDecoder(nn.Module):
+    """The interface of an auxiliary task's decoder; a new one (attention over the shared
+    states, another read-out) subclasses this and is built in `PSRNN.__init__`.
+
+    forward(h0, inputs, teacher, shared) -> estimates (N, l, F) of a window's targets, for
+    all N = B*m windows of a batch at once (window i: sequence i // m, anchor i % m):
+        h0       (N, r)     h^s at each window's anchor: the paper's decoders read only this
+        inputs   (N, l, F)  the true decoder inputs: x_a, then the window's targets but the last
+        teacher  bool       read `inputs` at every step, or x_a and then its own estimates
+        shared   SharedStates, given only when `reads_sequence` is True; otherwise None, so
+                 the GRU decoder's call (and its torch.compile graph) stays as it was
+    `PSRNN.aux_loss` scores the estimates (eq. 3.3). Whatever a decoder reads, it sees
+    only h[:r]: the private units h[r:] stay out of the auxiliary loss.
+    """
+
+    reads_sequence = False
+
+    def forward(self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool,
+                shared: SharedStates | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class GRUDecoder(AuxDecoder):
+    """The paper's decoder: a GRU of hidden size r started from h^s, and a linear read-out."""
 
     def __init__(self, input_size: int, shared_units: int, layers: int):
         super().__init__()
@@ -146,14 +282,11 @@ class Decoder(nn.Module):
         self.gru = nn.GRU(input_size, shared_units, num_layers=layers, batch_first=True)
         self.out = nn.Linear(shared_units, input_size)
 
-    def forward(self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool) -> torch.Tensor:
-        """h0 (N, r) shared state at the anchors, inputs (N, l, F) true decoder inputs
-        (x_a then the previous targets) -> estimates (N, l, F).
-
-        teacher: one GRU call over all N = batch x anchors windows. Otherwise each step
-        is fed the previous estimate, which needs a loop over the l window steps (batched
-        over all anchors; never a loop over anchors or over the main sequence).
-        """
+    def forward(self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool,
+                shared: SharedStates | None = None) -> torch.Tensor:
+        """teacher: one GRU call over all N windows. Otherwise each step is fed the
+        previous estimate, which needs a loop over the l window steps (batched over all
+        anchors; never a loop over anchors or over the main sequence)."""
         state = h0[None].expand(self.layers, -1, -1).contiguous()  # (L, N, r)
         if teacher:
             out, _ = self.gru(inputs, state)  # (N, l, r)
@@ -171,52 +304,39 @@ class PSRNN(nn.Module):
     """GRU classifier with private and shared hidden units and auxiliary decoders.
 
     Parameter groups (the metrics split): `embed` + `gru` = main, `head`, `decoders` = aux.
+    Built in this order, which fixes the draws from the global RNG.
     """
 
-    def __init__(self, cfg: RunConfig, input_kind: str, features: int, num_classes: int,
-                 steps: int = 784):
-        """steps: the sequence length the "chrono" init spreads memories over (training
-        passes the prepared training split's mean length)."""
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        if input_kind not in INPUT_KINDS:
-            raise ValueError(f"input kind {input_kind!r} not in {INPUT_KINDS}")
-        if cfg.embedding > 0 and input_kind != "categorical":
-            raise ConfigError(f"embedding={cfg.embedding}: a learned embedding needs text "
-                              f"(categorical) input, {cfg.dataset} is {input_kind}")
-        self.categorical = input_kind == "categorical"
-        self.features = features  # values per step, or alphabet size
-        self.embed = nn.Embedding(features, cfg.embedding) if self.categorical and cfg.embedding else None
-        self.input_size = cfg.embedding if self.embed is not None else features
-        self.hidden = cfg.hidden
-        self.shared_units = cfg.shared_units if cfg.has_aux else 0
-        self.tasks = tuple(cfg.tasks) if self.shared_units else ()
-        self.window = cfg.window
-        self.teacher = cfg.decoder_input == "teacher"
-
-        self.gru = nn.GRU(self.input_size, cfg.hidden, batch_first=True)
-        init_recurrent(self.gru, cfg.init, steps)
-        if cfg.head == "mlp":
-            width = cfg.head_hidden or cfg.hidden
-            self.head = nn.Sequential(nn.Linear(cfg.hidden, width), nn.ReLU(),
-                                      nn.Linear(width, num_classes))
+        self.config = config
+        self.shared_units = config.shared_units  # r
+        self.embed = nn.Embedding(config.features, config.embedding) if config.embedding else None
+        self.gru = nn.GRU(config.input_size, config.hidden, batch_first=True)
+        init_recurrent(self.gru, config.init, config.init_steps)
+        if config.head == "mlp":
+            width = config.head_hidden or config.hidden
+            self.head = nn.Sequential(nn.Linear(config.hidden, width), nn.ReLU(),
+                                      nn.Linear(width, config.classes))
         else:
-            self.head = nn.Linear(cfg.hidden, num_classes)
+            self.head = nn.Linear(config.hidden, config.classes)
         self.decoders = nn.ModuleDict({
-            task: Decoder(self.input_size, self.shared_units, cfg.decoder_layers) for task in self.tasks
+            task: GRUDecoder(config.input_size, config.shared_units, config.decoder_layers)
+            for task in config.tasks
         })
 
     @property
     def has_aux(self) -> bool:
-        return bool(self.tasks)
+        return bool(self.config.tasks)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Model input vectors (B, T, F') from a batch: float (B, T, F) as is; symbol
         indices int64 (B, T) expanded to one-hot (F' = alphabet) or embedded (F' = embedding)."""
-        if not self.categorical:
+        if not self.config.categorical:
             return x
         if self.embed is not None:
             return self.embed(x)  # (B, T, E)
-        return F.one_hot(x, self.features).to(torch.float32)  # (B, T, V)
+        return F.one_hot(x, self.config.features).to(torch.float32)  # (B, T, V)
 
     def encode(self, inp: torch.Tensor) -> torch.Tensor:
         """Main GRU states H (B, T, d) from input vectors (B, T, F'): one cuDNN call.
@@ -241,16 +361,18 @@ class PSRNN(nn.Module):
         anchors = anchors.to(H.device)
         lengths = lengths.to(H.device)
         B, m = anchors.shape
-        r, l = self.shared_units, self.window
+        r, l = self.shared_units, self.config.window
         rows = torch.arange(B, device=H.device)[:, None]  # (B, 1)
         h0 = H[rows, anchors, :r].reshape(B * m, r)  # (B*m, r): only h^s, eq. 3.9
         source = inp.detach() if self.embed is not None else inp  # targets never train the embedding
+        shared = SharedStates(H[..., :r], lengths, anchors)  # a view: (B, T, r)
         total = H.new_zeros(B)
-        for task, decoder in self.decoders.items():  # at most two tasks
+        for task, decoder in self.decoders.items():  # one per AUX_TASKS row in use
             in_pos, tgt_pos = window_positions(anchors, l, task)  # (B, m, l) each
             dec_in, _ = gather_steps(source, in_pos, lengths)  # (B, m, l, F)
             target, valid = gather_steps(source, tgt_pos, lengths)  # (B, m, l, F), (B, m, l)
-            est = decoder(h0, dec_in.reshape(B * m, l, -1), self.teacher)  # (B*m, l, F)
+            est = decoder(h0, dec_in.reshape(B * m, l, -1), self.config.teacher,
+                          shared if decoder.reads_sequence else None)  # (B*m, l, F)
             err = (est.reshape(B, m, l, -1) - target).pow(2).sum(-1)  # (B, m, l)
             total = total + (err * valid).sum(-1).div(l).sum(-1)  # (B,)
         return total
@@ -268,7 +390,8 @@ class PSRNN(nn.Module):
 
 def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int,
                 steps: int = 784) -> PSRNN:
-    return PSRNN(cfg, input_kind, features, num_classes, steps)
+    """The PSRNN of run `cfg` on this data (`ModelConfig.from_run` says what it takes)."""
+    return PSRNN(ModelConfig.from_run(cfg, input_kind, features, num_classes, steps))
 
 
 # --- parameter counts --------------------------------------------------------------------
@@ -336,13 +459,8 @@ def grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Te
 
 def _grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Tensor,
                 anchors: torch.Tensor | None, aux_weight: float) -> dict[str, np.ndarray]:
-    d, r = model.hidden, model.shared_units
-    cell = nn.GRUCell(model.input_size, d).to(model.gru.weight_hh_l0.device)
-    with torch.no_grad():
-        cell.weight_ih.copy_(model.gru.weight_ih_l0)
-        cell.weight_hh.copy_(model.gru.weight_hh_l0)
-        cell.bias_ih.copy_(model.gru.bias_ih_l0)
-        cell.bias_hh.copy_(model.gru.bias_hh_l0)
+    d, r = model.config.hidden, model.shared_units
+    cell = gru_cell(model.gru)
     inp = model.inputs(x)  # (B, T, F')
     B, T, _ = inp.shape
     probe = torch.zeros(B, T, d, device=inp.device, requires_grad=True)  # (B, T, d)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from psrnn.models import PSRNN
+from psrnn.models import AUX_TASKS, PSRNN, SharedStates, gru_cell
 
 
 class NaivePSRNN(nn.Module):
@@ -25,21 +25,11 @@ class NaivePSRNN(nn.Module):
 
     def __init__(self, model: PSRNN):
         super().__init__()
-        # copies, not shared tensors: the benchmark trains each model on its own
-        self.categorical = model.categorical
-        self.features = model.features
-        self.hidden = model.hidden
+        self.config = model.config  # frozen: safe to share
         self.shared_units = model.shared_units
-        self.window = model.window
-        self.teacher = model.teacher
+        # copies, not shared tensors: the benchmark trains each model on its own
         self.embed = copy.deepcopy(model.embed)
-        self.cell = nn.GRUCell(model.input_size, model.hidden)
-        with torch.no_grad():  # nn.GRU layer 0 and GRUCell hold the same gates in the same order
-            self.cell.weight_ih.copy_(model.gru.weight_ih_l0)
-            self.cell.weight_hh.copy_(model.gru.weight_hh_l0)
-            self.cell.bias_ih.copy_(model.gru.bias_ih_l0)
-            self.cell.bias_hh.copy_(model.gru.bias_hh_l0)
-        self.cell.to(model.gru.weight_hh_l0.device)
+        self.cell = gru_cell(model.gru)
         self.head = copy.deepcopy(model.head)
         self.decoders = copy.deepcopy(model.decoders)
 
@@ -54,15 +44,15 @@ class NaivePSRNN(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor,
                 anchors: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits (B, C), aux loss per sequence (B,) or None), as PSRNN.forward."""
-        if not self.categorical:
+        if not self.config.categorical:
             inp = x  # (B, T, F)
         elif self.embed is not None:
             inp = self.embed(x)  # (B, T, E)
         else:
-            inp = F.one_hot(x, self.features).float()  # (B, T, V)
+            inp = F.one_hot(x, self.config.features).float()  # (B, T, V)
         B, T, _ = inp.shape
         lengths = lengths.to(inp.device)
-        h = inp.new_zeros(B, self.hidden)  # (B, d)
+        h = inp.new_zeros(B, self.config.hidden)  # (B, d)
         states = []
         for t in range(T):  # the slow part: one cell call (and autograd node set) per step
             h = self.cell(inp[:, t], h)  # (B, d)
@@ -74,21 +64,23 @@ class NaivePSRNN(nn.Module):
             return logits, None
 
         anchors = anchors.to(inp.device)
-        r, l = self.shared_units, self.window
+        r, l = self.shared_units, self.config.window
         source = inp.detach() if self.embed is not None else inp
         k = torch.arange(l, device=inp.device)  # (l,)
         total = H.new_zeros(B)  # (B,)
         for j in range(anchors.shape[1]):  # one decoder call per anchor and task
             a = anchors[:, j]  # (B,)
             h0 = H[rows, a, :r]  # (B, r)
+            shared = SharedStates(H[..., :r], lengths, anchors[:, j:j + 1])  # windows = sequences
             for task, decoder in self.decoders.items():
-                sign = -1 if task == "rec" else 1
+                sign = AUX_TASKS[task].direction
                 in_pos = a[:, None] + sign * k  # (B, l)
                 tgt_pos = in_pos + sign  # (B, l)
                 dec_in = self._at(source, in_pos, lengths)  # (B, l, F)
                 target = self._at(source, tgt_pos, lengths)  # (B, l, F)
                 valid = ((tgt_pos >= 0) & (tgt_pos < lengths[:, None])).float()  # (B, l)
-                est = decoder(h0, dec_in, self.teacher)  # (B, l, F)
+                est = decoder(h0, dec_in, self.config.teacher,
+                              shared if decoder.reads_sequence else None)  # (B, l, F)
                 err = (est - target).pow(2).sum(-1)  # (B, l)
                 total = total + (err * valid).sum(-1) / l
         return logits, total
