@@ -22,7 +22,8 @@ STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snak
               "src/psrnn/selection.py"],
     "compile": ["src/psrnn/results", "config/reference.yaml", "paper/main.tex"],
 }
-COMMON = ["Snakefile", "src/psrnn/workflow.py", "src/psrnn/config.py", "config/schema.yaml"]
+COMMON = ["Snakefile", "src/psrnn/workflow.py", "src/psrnn/config.py", "src/psrnn/datasets.py",
+          "config/schema.yaml"]
 
 
 def stages(name: str) -> dict[str, dict]:

@@ -26,11 +26,12 @@ from typing import Any
 import yaml
 
 from psrnn.cli import UserError
+from psrnn.datasets import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "config" / "schema.yaml"
 
-DATASETS = ("mnist", "fmnist", "cifar10", "imdb", "dbpedia")
+DATASETS = tuple(REGISTRY)  # mnist, fmnist, cifar10, imdb, dbpedia (psrnn.datasets)
 TASKS = ("rec", "pred")
 OPTIMIZERS = ("sgdr", "adamwr", "adam")
 INITS = ("torch", "orthogonal", "chrono")
@@ -331,22 +332,14 @@ def _raise_first_error(validator: Any, instance: Any, source: str = "", root: st
 
 def min_length(cfg: dict[str, Any], dataset: str) -> int:
     """The shortest sequence a dataset can hold under this config (for window checks)."""
-    opts = cfg["datasets"][dataset].get("prepare", {}) or {}
-    side = opts.get("downsample")
-    if dataset in ("mnist", "fmnist"):
-        return (side or 28) ** 2
-    if dataset == "cifar10":
-        return (side or 32) ** 2
-    if dataset == "imdb":
-        return min(opts.get("min_chars", 500), opts.get("max_length") or 10**9)
-    return 1  # dbpedia: abstracts are short and ragged; out-of-range targets are masked
+    return REGISTRY[dataset].min_length(cfg["datasets"][dataset].get("prepare"))
 
 
 def check_window(cfg: dict[str, Any], name: str, run: RunConfig, source: str) -> None:
     if not run.has_aux:
         return
     n = min_length(cfg, run.dataset)
-    if run.dataset != "dbpedia" and n - 2 * run.window < run.anchors:
+    if not REGISTRY[run.dataset].short_texts and n - 2 * run.window < run.anchors:
         raise ConfigError(
             f"{source}: experiments.{name}.window: {run.window} leaves no room for "
             f"{run.anchors} anchor(s) in [window, n - window] with n = {n} steps")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn.datasets import REGISTRY
 
 SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
 # Scheduler hints of one training job unless the suite config's `resources.train` says
@@ -377,18 +378,6 @@ def container(cfg: dict[str, Any]) -> str | None:
 
 # --- parameter counts ------------------------------------------------------------------------
 
-# Shape of each dataset's model input, from the preparation rules (data/README.md, Table 1):
-# (input kind, values per step or alphabet size, classes). Text alphabets come from the
-# config's `prepare.alphabet_size` when set.
-INPUT_SHAPES = {
-    "mnist": ("continuous", 1, 10),
-    "fmnist": ("continuous", 1, 10),
-    "cifar10": ("continuous", 3, 10),
-    "imdb": ("categorical", 60, 2),
-    "dbpedia": ("categorical", 70, 14),
-}
-
-
 def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
     """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
     a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
@@ -401,11 +390,9 @@ def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str
         if exp.get("ref") not in paper or paper[exp["ref"]] is None:
             continue
         run = C.resolve_run(cfg, name, cfg["seeds"][0])
-        kind, features, classes = INPUT_SHAPES[run.dataset]
-        alphabet = (cfg["datasets"][run.dataset].get("prepare") or {}).get("alphabet_size")
-        if kind == "categorical" and alphabet:
-            features = alphabet
-        ours = param_counts(run, kind, features, classes)["params"]
+        ds = REGISTRY[run.dataset]  # the input's shape; a text alphabet may be set by the config
+        features = ds.input_features(cfg["datasets"][run.dataset].get("prepare"))
+        ours = param_counts(run, ds.input, features, ds.classes)["params"]
         rows.append({"experiment": name, "ref": exp["ref"], "hidden": run.hidden,
                      "ours": ours, "paper": paper[exp["ref"]],
                      "ratio": ours / paper[exp["ref"]]})

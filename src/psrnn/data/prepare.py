@@ -45,23 +45,26 @@ from psrnn.config import ConfigError
 from psrnn.data import SPLITS
 from psrnn.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.data.sources import source
+from psrnn.datasets import REGISTRY, Dataset
 
-IMAGES = ("mnist", "fmnist", "cifar10")
-TEXTS = ("imdb", "dbpedia")
+IMAGES = tuple(name for name, ds in REGISTRY.items() if ds.image_side is not None)
+TEXTS = tuple(name for name, ds in REGISTRY.items() if ds.image_side is None)
 UNKNOWN = "<unk>"  # alphabet[0]: every character outside the alphabet
 CAPS = {"train": None, "valid": None, "test": None}  # keep the first N of a split (small configs)
 
-# Every option of each dataset with its default; the suite config's
-# `datasets.<dataset>.prepare` overrides them (config/schema.yaml documents each key).
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "mnist": {"downsample": None, "valid_size": 10_000, "seed": 0, **CAPS},
-    "fmnist": {"downsample": None, "valid_size": 10_000, "seed": 0, **CAPS},
-    "cifar10": {"downsample": None, "valid_size": 5_000, "seed": 0, **CAPS},
-    "imdb": {"min_chars": 500, "max_length": None, "alphabet_size": 60, "lowercase": False,
-             "train_size": 20_000, "valid_size": None, "seed": 0, **CAPS},
-    "dbpedia": {"min_chars": 0, "max_length": None, "alphabet_size": 70, "lowercase": True,
-                "train_size": None, "valid_size": 14_000, "seed": 0, **CAPS},
-}
+
+def default_options(ds: Dataset) -> dict[str, Any]:
+    """Every prepare option of a dataset with its default (the registry row's for the
+    dataset's own ones); config/schema.yaml documents each key."""
+    if ds.image_side is not None:
+        return {"downsample": None, "valid_size": ds.valid_size, "seed": 0, **CAPS}
+    return {"min_chars": ds.min_chars, "max_length": None, "alphabet_size": ds.features,
+            "lowercase": ds.lowercase, "train_size": ds.train_size, "valid_size": ds.valid_size,
+            "seed": 0, **CAPS}
+
+
+# the suite config's `datasets.<dataset>.prepare` overrides these
+DEFAULTS: dict[str, dict[str, Any]] = {name: default_options(ds) for name, ds in REGISTRY.items()}
 
 NOTES = {
     "mnist": ["valid: valid_size images drawn (seeded) from the official 60K training images; "
@@ -388,7 +391,7 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", help="mnist, fmnist, cifar10, imdb or dbpedia")
+    p.add_argument("dataset", help=", ".join(REGISTRY))
     p.add_argument("--config", help="suite config: folders under data/<name>/ and its "
                                     "datasets.<dataset>.prepare options")
     p.add_argument("--raw", help="folder with the downloaded archives (default: from --config)")
