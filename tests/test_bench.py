@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from psrnn import bench
+from psrnn import bench, machine
 from psrnn import config as C
-from psrnn.cli import main
+from psrnn.bench import budget, measure, report, speed
+from psrnn.cli import UserError, main
+from psrnn.data import fixtures
 from psrnn.models import build_model, sample_anchors
 from psrnn.naive import NaivePSRNN
-
 
 
 # --- the naive reference is the same model -------------------------------------------------
@@ -64,15 +65,15 @@ def _timed(median, lo, hi):
 
 
 def test_ratio_of_medians_and_conservative_range():
-    r = bench.ratio(_timed(30.0, 25.0, 40.0), _timed(10.0, 8.0, 12.5))
+    r = speed.ratio(_timed(30.0, 25.0, 40.0), _timed(10.0, 8.0, 12.5))
     assert r == pytest.approx({"median": 3.0, "min": 2.0, "max": 5.0})
-    assert bench.ratio({"status": "error: x"}, _timed(1, 1, 1)) is None
+    assert speed.ratio({"status": "error: x"}, _timed(1, 1, 1)) is None
 
 
 def test_ratios_pair_variants_per_shape():
     rows = [{"shape": "mnist", "variant": v, **_timed(t, t, t)}
             for v, t in (("gru", 10.0), ("full", 13.0), ("ps50", 11.0), ("naive", 220.0))]
-    got = {(r["kind"], r["numerator"]): r["median"] for r in bench.ratios(rows)}
+    got = {(r["kind"], r["numerator"]): r["median"] for r in speed.ratios(rows)}
     assert got == pytest.approx({("aux_overhead", "full"): 1.3, ("aux_overhead", "ps50"): 1.1,
                                  ("speedup", "naive"): 20.0})
 
@@ -88,7 +89,7 @@ def test_targets_met_not_met_and_not_measured():
     imdb = {"dataset": "imdb", "items": 50_000, "prepare_s": 61.0, "prepared_mb": 64.0,
             "dense_onehot_gb": 15.2}
     snake = {"status": "ok", "seconds": 3.2, "paper": True}
-    t = {x["target"].split(",")[0]: x for x in bench.targets(_result("cuda", 1.15, 25.0, [imdb], snake))}
+    t = {x["target"].split(",")[0]: x for x in report.targets(_result("cuda", 1.15, 25.0, [imdb], snake))}
     status = {k: v["status"] for k, v in t.items()}
     assert status == {
         "private/shared 50 % step time / plain GRU step time": "met",
@@ -98,34 +99,34 @@ def test_targets_met_not_met_and_not_measured():
         "IMDB prepared size on disk": "met",
         "snakemake -n of the paper config": "met",
     }
-    cpu = {x["target"]: x["status"] for x in bench.targets(_result("cpu", 1.6, 4.0))}
+    cpu = {x["target"]: x["status"] for x in report.targets(_result("cpu", 1.6, 4.0))}
     assert list(cpu.values())[:3] == ["not met", "not measured", "not met"]
-    quick = bench.targets(_result("cpu", 1.0, 50.0, quick=True))
+    quick = report.targets(_result("cpu", 1.0, 50.0, quick=True))
     assert all(x["status"] == "not measured" for x in quick)
 
 
 def test_linear_extrapolation_in_sequence_length():
-    assert bench.extrapolate([(100, 1.5), (200, 2.5)], 784) == pytest.approx(1.5 + 684 * 0.01)
-    assert bench.extrapolate([(784, 3.0)], 784) == 3.0
-    assert bench.extrapolate([(100, 2.0), (200, 1.8)], 784) == 1.8  # noise, not a speed-up
-    cpu = bench.budget_lengths(1024, 64, 10, torch.device("cpu"), quick=False)
+    assert budget.extrapolate([(100, 1.5), (200, 2.5)], 784) == pytest.approx(1.5 + 684 * 0.01)
+    assert budget.extrapolate([(784, 3.0)], 784) == 3.0
+    assert budget.extrapolate([(100, 2.0), (200, 1.8)], 784) == 1.8  # noise, not a speed-up
+    cpu = budget.budget_lengths(1024, 64, 10, torch.device("cpu"), quick=False)
     assert cpu == [139, 556]  # 2 * 64 + 10 + 1: the shortest length anchors fit in
-    assert bench.budget_lengths(1024, 0, 0, torch.device("cpu"), quick=False) == [128, 512]
-    assert bench.budget_lengths(1024, 64, 10, torch.device("cuda"), quick=False) == [1024]
-    assert bench.budget_lengths(100, 64, 10, torch.device("cpu"), quick=False) == [100]
+    assert budget.budget_lengths(1024, 0, 0, torch.device("cpu"), quick=False) == [128, 512]
+    assert budget.budget_lengths(1024, 64, 10, torch.device("cuda"), quick=False) == [1024]
+    assert budget.budget_lengths(100, 64, 10, torch.device("cpu"), quick=False) == [100]
 
 
 def test_padded_length_is_the_mean_batch_maximum_and_bucketing_cuts_it():
     rng = np.random.default_rng(0)
-    assert bench.padded_length(np.full(1000, 700), 128, 0, 20_000) == 700
-    assert bench.padded_length(np.full(1000, 700), 128, 50, 20_000) == 700
-    lengths = bench.imdb_lengths(100_000, rng)
+    assert budget.padded_length(np.full(1000, 700), 128, 0, 20_000) == 700
+    assert budget.padded_length(np.full(1000, 700), 128, 50, 20_000) == 700
+    lengths = fixtures.imdb_lengths(100_000, rng)
     kept = lengths[lengths >= 500]
     assert 0.86 < len(kept) / len(lengths) < 0.92  # paper: 22.2K of 25K training reviews kept
     assert 1350 < kept.mean() < 1510  # paper Table 1: mean length 1430
-    padded = bench.padded_length(kept, 128, 0, 20_000)
+    padded = budget.padded_length(kept, 128, 0, 20_000)
     assert 4500 < padded < 7000  # 5,980: a random batch of 128 runs as long as its longest
-    bucketed = bench.padded_length(kept, 128, 50, 20_000)  # config/paper.yaml's IMDB batches
+    bucketed = budget.padded_length(kept, 128, 50, 20_000)  # config/paper.yaml's IMDB batches
     assert kept.mean() < bucketed < 1.25 * kept.mean()  # 1,665 against a mean of 1,427
     assert padded / bucketed > 3.3  # 3.6x fewer GRU steps per epoch
 
@@ -148,14 +149,14 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
 
     def fake(spec, isolate):
         calls.append(spec)
-        return {"status": "ok", "step_ms": {"min": 200.0 if spec["shared"] else 100.0},
+        return {"status": "ok", "step_ms": {"min": 200.0 if spec.shared else 100.0},
                 "eval_batch_ms": 50.0}
 
-    monkeypatch.setattr(bench, "run_measurement", fake)
-    b = bench.bench_budget(_suite(), torch.device("cuda"), quick=False, batch_cap=None,
+    monkeypatch.setattr(budget, "run_measurement", fake)
+    b = budget.bench_budget(_suite(), torch.device("cuda"), quick=False, batch_cap=None,
                            repeats=(1, 1), log=lambda m: None)
     assert len(calls) == 2  # one shape per experiment: the lr grid does not change the step
-    assert all(c["seq_len"] == 784 for c in calls)  # GPU: timed at the full length
+    assert all(c.seq_len == 784 for c in calls)  # GPU: timed at the full length
     e = {x["experiment"]: x for x in b["experiments"]}
     epoch_a = 500 * 0.1 + 100 * 0.05  # 50K / 100 steps + 10K / 100 validation batches
     assert e["a"]["epoch_s"] == pytest.approx(epoch_a)
@@ -169,11 +170,11 @@ def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
     def fake(spec, isolate):  # 1 ms per step of sequence at batch 25
-        return {"status": "ok", "step_ms": {"min": spec["seq_len"] * 1.0},
-                "eval_batch_ms": spec["seq_len"] * 0.5}
+        return {"status": "ok", "step_ms": {"min": spec.seq_len * 1.0},
+                "eval_batch_ms": spec.seq_len * 0.5}
 
-    monkeypatch.setattr(bench, "run_measurement", fake)
-    b = bench.bench_budget(_suite(), torch.device("cpu"), quick=False, batch_cap=25,
+    monkeypatch.setattr(budget, "run_measurement", fake)
+    b = budget.bench_budget(_suite(), torch.device("cpu"), quick=False, batch_cap=25,
                            repeats=(1, 1), log=lambda m: None)
     a = next(x for x in b["experiments"] if x["experiment"] == "a")
     assert a["timed_lengths"] == [128, 512] and a["timed_batch"] == 25
@@ -188,10 +189,10 @@ def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path)
         return {"status": "ok", "step_ms": {"min": 300.0}, "step_cpu_ms": {"min": 100.0},
                 "eval_batch_ms": 10.0}
 
-    monkeypatch.setattr(bench, "run_measurement", fake)
+    monkeypatch.setattr(budget, "run_measurement", fake)
     kw = dict(device=torch.device("cpu"), quick=False, batch_cap=None, repeats=(1, 1), log=lambda m: None)
-    one = bench.bench_budget(_suite(), threads=1, **kw)
-    two = bench.bench_budget(_suite(), threads=2, **kw)
+    one = budget.bench_budget(_suite(), threads=1, **kw)
+    two = budget.bench_budget(_suite(), threads=2, **kw)
     assert one["experiments"][0]["step_ms"] == pytest.approx(100.0)
     assert two["experiments"][0]["step_ms"] == pytest.approx(300.0)
     assert "process CPU time" in one["method"] and "wall clock" in two["method"]
@@ -201,7 +202,7 @@ def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path)
 
 
 def test_cpu_peak_memory_sees_a_transient_allocation():
-    probe = bench.PeakMemory(torch.device("cpu"))
+    probe = measure.PeakMemory(torch.device("cpu"))
     probe.start()
     block = torch.ones(48 * 2**20 // 4)  # 48 MB, written, then freed
     del block
@@ -214,7 +215,7 @@ def test_cpu_peak_memory_sees_a_transient_allocation():
 def test_generated_archives_prepare_like_the_real_datasets(tmp_path):
     from psrnn.data.prepare import prepare
 
-    gen = bench.write_imdb_like(tmp_path / "imdb" / "aclImdb_v1.tar.gz", 400)
+    gen = fixtures.write_imdb_like(tmp_path / "imdb" / "aclImdb_v1.tar.gz", 400)
     assert gen["reviews"] == 800 and 1150 < gen["mean_chars"] < 1500
     m = prepare("imdb", tmp_path / "imdb", tmp_path / "imdb_out", {"train_size": 300})
     assert m["features"] == 60  # enough distinct characters for the paper's alphabet
@@ -222,7 +223,7 @@ def test_generated_archives_prepare_like_the_real_datasets(tmp_path):
     assert 0.84 < m["filtered"]["train"]["kept"] / 400 < 0.95
     assert m["class_balance"]["test"][0] > 100 and m["class_balance"]["test"][1] > 100
 
-    bench.write_idx_like(tmp_path / "mnist", 300, 50)
+    fixtures.write_idx_like(tmp_path / "mnist", 300, 50)
     m = prepare("mnist", tmp_path / "mnist", tmp_path / "mnist_out", {"valid_size": 50})
     assert m["counts"] == {"train": 250, "valid": 50, "test": 50}
     x = torch.load(tmp_path / "mnist_out" / "train.pt", weights_only=True)["x"]
@@ -237,7 +238,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     rc = main(["bench", "--quick", "--only", "train,options", "--shapes", "mnist",
                "--isolate", "off", "--repeats", "1", "--out", str(out)])
     assert rc == 0
-    env = bench.environment(torch.device("cpu"))
+    env = machine.bench_environment(torch.device("cpu"))
     [json_path] = out.glob("*.json")
     assert json_path.name == f"{env['device_slug']}.json" and env["device_slug"].startswith("cpu-")
     r = json.loads(json_path.read_text())
@@ -247,7 +248,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
         assert key in r["environment"]
     assert [t["variant"] for t in r["train"]] == ["gru", "full", "ps50", "naive"]
     for t in r["train"]:
-        assert t["status"] == "ok" and t["seq_len"] == bench.QUICK_LEN and t["batch"] == 16
+        assert t["status"] == "ok" and t["seq_len"] == measure.QUICK_LEN and t["batch"] == 16
         s = t["step_ms"]
         assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"]
         assert t["samples_per_s"] == pytest.approx(16 / (s["median"] / 1e3))
@@ -277,7 +278,7 @@ def test_unknown_section_or_shape_is_a_one_line_error(capsys):
 
 
 def _part(sections, quick=False, **data):
-    return {"schema": bench.SCHEMA, "quick": quick, "sections": sections, "command": f"bench {sections}",
+    return {"schema": report.SCHEMA, "quick": quick, "sections": sections, "command": f"bench {sections}",
             "notes": [], "load_average": {"start": [1.0], "end": [2.0]}, "total_s": 10.0,
             "environment": {"device": "cpu", "cpu_count": 2}, **data}
 
@@ -289,14 +290,14 @@ def test_merge_keeps_sections_not_rerun_and_redoes_targets():
                 memory_method="m", prepare=[imdb])
     new = _part(["train", "budget"], train=[{"variant": "new"}], ratios=[], settings={"batch": 64},
                 memory_method="m", budget={"total_hours": 1.0})
-    out = bench.merge(old, new)
+    out = report.merge(old, new)
     assert out["sections"] == ["train", "prepare", "budget"]
     assert out["train"] == [{"variant": "new"}] and out["settings"] == {"batch": 64}
     assert out["prepare"] == [imdb] and out["budget"] == {"total_hours": 1.0}
     assert out["total_s"] == 20.0 and len(out["load_average"]["earlier_parts"]) == 1
     assert {t["target"]: t["status"] for t in out["targets"]}["IMDB preparation of 50K reviews, time"] == "met"
-    with pytest.raises(bench.UserError):
-        bench.merge(_part(["train"], quick=True), new)
+    with pytest.raises(UserError):
+        report.merge(_part(["train"], quick=True), new)
 
 
 def test_a_failing_section_is_recorded_and_the_rest_still_written(tmp_path, monkeypatch):
@@ -313,10 +314,11 @@ def test_a_failing_section_is_recorded_and_the_rest_still_written(tmp_path, monk
 
 
 def test_budget_sizes_without_prepare_fall_back_to_the_papers_table1(monkeypatch):
-    assert bench.split_sizes("cifar10", {"valid_size": 5000}, None)[:2] == (45_000, 5_000)
-    assert bench.split_sizes("mnist", {}, {"counts": {"train": 7, "valid": 3}}) == (7, 3, "prepared manifest")
+    assert budget.split_sizes("cifar10", {"valid_size": 5000}, None)[:2] == (45_000, 5_000)
+    manifest = {"counts": {"train": 7, "valid": 3}}
+    assert budget.split_sizes("mnist", {}, manifest) == (7, 3, "prepared manifest")
     monkeypatch.setitem(sys.modules, "psrnn.data.prepare", None)  # e.g. no torchvision on a GPU box
-    train, valid, source = bench.split_sizes("cifar10", {"valid_size": 5000}, None)
+    train, valid, source = budget.split_sizes("cifar10", {"valid_size": 5000}, None)
     assert (train, valid) == (45_000, 15_000) and source.startswith("paper Table 1")
-    lengths, _ = bench.text_lengths("imdb", {}, None, np.random.default_rng(0))
+    lengths, _ = budget.text_lengths("imdb", {}, None, np.random.default_rng(0))
     assert lengths.min() >= 500

@@ -18,7 +18,7 @@ from psrnn import workflow as W
 ROOT = C.ROOT
 STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snakefile)
     "data": ["src/psrnn/data"],
-    "train": ["src/psrnn/models.py", "src/psrnn/training.py", "src/psrnn/gpus.py",
+    "train": ["src/psrnn/models.py", "src/psrnn/training.py", "src/psrnn/gpus.py", "src/psrnn/machine.py",
               "src/psrnn/selection.py"],
     "compile": ["src/psrnn/results", "config/reference.yaml", "paper/main.tex"],
 }

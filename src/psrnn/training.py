@@ -40,9 +40,7 @@ import csv
 import io
 import math
 import os
-import platform
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -59,6 +57,7 @@ from psrnn import gpus
 from psrnn.cli import UserError
 from psrnn.data import SequenceSplit, load_split, read_manifest
 from psrnn.files import md5sum, read_json, torch_save, write_bytes, write_json, write_text
+from psrnn.machine import cpu_name, device_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
 
 EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
@@ -497,49 +496,6 @@ def capture_arrays(split: SequenceSplit, st: RunState, count: int, shared_units:
     return {"epochs": np.asarray(epochs, dtype=np.int64), "states": states.numpy().astype(np.float32),
             "x": x.numpy().astype(np.float32), "y": y.numpy().astype(np.int64),
             "shared_units": np.int64(shared_units)}
-
-
-def git_commit() -> str | None:
-    """HEAD of the checkout the code runs from, "+dirty" when src/ or config/ differ from it
-    (the numbers then come from uncommitted code); None outside git."""
-    git = ["git", "-C", str(C.ROOT)]
-    try:
-        out = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True)
-        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "src", "config"],
-                               capture_output=True, timeout=10).returncode == 1
-        return (out.stdout.strip() + ("+dirty" if dirty else "")) or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's name on cuda, the CPU's model name otherwise."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    cuda = device.type == "cuda"
-    return {
-        "device": device.type,
-        "device_name": device_name(device),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda if cuda else None,
-        "platform": platform.platform(),
-        "git_commit": git_commit(),
-        "psrnn_version": __version__,
-    }
 
 
 def header(out_dir: Path, device: torch.device, model: PSRNN, splits: dict[str, SequenceSplit],

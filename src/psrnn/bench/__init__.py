@@ -1,0 +1,216 @@
+"""`python -m psrnn bench`: training speed and memory, data preparation, compute budget.
+
+    python -m psrnn bench                          # everything -> results/bench/<device>.json + .md
+    python -m psrnn bench --quick                  # tiny shapes, ~20 s -> results/bench/quick/
+    python -m psrnn bench --only train --shapes mnist --repeats 3
+    python -m psrnn bench --only budget --merge    # redo one section, keep the others' numbers
+    PYTHONPATH=src python -m psrnn bench --device cuda   # on a GPU machine, no install
+
+Sections (`--only`, comma separated):
+  train     one training step (forward, backward, clip, SGD step: `training.train_epoch`
+            itself) at the paper's shapes for the plain GRU (the floor: nn.GRU + linear
+            head), full share, private/shared 50 %, and the slow reference
+            `psrnn.naive.NaivePSRNN`; step time (warm-up, then median/min/max of repeats),
+            process CPU time, samples/s, peak memory; ratios aux overhead (variant / GRU)
+            and vectorised speed-up (naive / ours)
+  options   bf16 autocast (torch.autocast on the device, cuda or cpu), torch.compile of
+            the decoders (CPU with --compile-cpu), batch size 64 / 256
+  prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
+            (60K + 10K), run the real `prepare` on them: time and disk size
+  budget    device hours of the whole paper config (experiments x seeds x grid points x
+            max_epochs cap) from measured step times at each experiment's shapes (GPU: at
+            the full length; CPU: two shorter lengths, extrapolated, batch 32 scaled)
+  snakemake wall time of `snakemake -n` on the paper config
+Each target of the project is reported as met / not met / not measured; a section that
+fails is recorded in the output ("errors") and the others still run.
+
+Memory (see `measure`): on CUDA the allocator's peak growth, on CPU the peak resident set's
+growth, in a fresh process per measurement unless --isolate off. Data loading is not timed
+apart: the step includes `SequenceSplit.batch` as training does (synthetic data in memory).
+On a CPU shared with other jobs use --threads 1 and read the process CPU times.
+
+Modules: `measure` (one measurement and its `Spec`), `speed` (train and options), `budget`
+(the compute budget model), `pipeline` (prepare and snakemake), `report` (targets, merge,
+Markdown); this one runs the chosen sections and writes the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from psrnn import config as C
+from psrnn.bench.budget import bench_budget
+from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
+from psrnn.bench.pipeline import bench_prepare, bench_snakemake
+from psrnn.bench.report import SCHEMA, SECTIONS, merge, targets, to_markdown
+from psrnn.bench.speed import FULL, GPU_REPEATS, QUICK, Settings, bench_options, bench_train, ratios
+from psrnn.cli import UserError
+from psrnn.files import read_json, write_json, write_text
+from psrnn.machine import bench_environment, load_average
+
+# --- command line --------------------------------------------------------------------------
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="tiny shapes, 1-2 repeats, small data (CI: checks the output is well formed)")
+    p.add_argument("--out", help="output folder (default results/bench, or results/bench/quick with --quick)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)} (default all)")
+    p.add_argument("--shapes", help=f"comma-separated shapes for train: {','.join(SHAPES)} (default all)")
+    p.add_argument("--config", help="suite config for budget and snakemake "
+                                     "(default config/paper.yaml; config/small.yaml with --quick)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per measurement")
+    p.add_argument("--repeats", type=int, help="timed steps per measurement")
+    p.add_argument("--batch", type=int, help=f"train/options batch size (default {FULL.batch})")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads per measurement (default: all cores; 1 with --quick)")
+    p.add_argument("--isolate", choices=("auto", "on", "off"), default="auto",
+                   help="one fresh process per CPU measurement, for clean peak RSS "
+                        "(auto: on for a full CPU run)")
+    p.add_argument("--compile-cpu", action="store_true",
+                   help="also time torch.compile on CPU (slow to compile)")
+    p.add_argument("--budget-batch", type=int,
+                   help="time budget steps at this batch and scale linearly (default: 32 on CPU)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the sections of an existing output that this run does not redo")
+    p.add_argument("--note", action="append", default=[], help="a line recorded in the output (repeatable)")
+
+
+def parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
+    if not text:
+        return list(known)
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in known]
+    if bad:
+        raise UserError(f"unknown {what} {', '.join(bad)}; known: {', '.join(known)}")
+    return items
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The bench command as typed, rebuilt from the parsed arguments (defaults left out)."""
+    parts = ["python -m psrnn bench"]
+    for key, value in sorted(vars(args).items()):
+        flag = "--" + key.replace("_", "-")
+        if key.startswith("_") or key == "command" or value in (None, False, [], "auto"):
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts += [f"{flag} {v!r}" for v in value]
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
+    """FULL or QUICK, with more repeats on a GPU and the command line's overrides."""
+    s = QUICK if args.quick else FULL
+    if device.type == "cuda" and not args.quick:
+        s = Settings(**{**vars(s), "warmup": GPU_REPEATS[0], "repeats": GPU_REPEATS[1]})
+    given = {"warmup": args.warmup, "repeats": args.repeats, "batch": args.batch, "threads": args.threads}
+    s = Settings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
+    if s.warmup < 1 or s.repeats < 1:
+        raise UserError("--warmup and --repeats must be >= 1 (the first step is never timed)")
+    return s
+
+
+def run(args: argparse.Namespace) -> int:
+    from psrnn.training import pick_device  # one device rule for training and bench
+
+    device = pick_device(args.device)
+    sections = parse_list(args.only, SECTIONS, "section")
+    shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
+    s = settings_for(args, device)
+    config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
+    out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))
+    threads = torch.get_num_threads()
+    try:
+        if s.threads:
+            torch.set_num_threads(s.threads)
+        result = benchmark(args, device, s, sections, shapes, config_path)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (tests) get their setting back
+    device_slug = result["environment"]["device_slug"]
+    json_path = out_dir / f"{device_slug}.json"
+    if args.merge and json_path.is_file():
+        result = merge(read_json(json_path), result)
+    write_json(json_path, result)
+    write_text(out_dir / f"{device_slug}.md", to_markdown(result))
+    for t in result["targets"]:
+        print(f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
+              + ("" if t["measured"] is None else f" (measured {t['measured']:.2f} {t['unit']})"))
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')} ({result['total_s']:.0f}s)")
+    return 0
+
+
+def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, sections: list[str],
+              shapes: list[Shape], config_path: Path) -> dict[str, Any]:
+    """Run the chosen sections; returns the whole result (what the JSON holds)."""
+    quick = args.quick
+    isolate = {"on": True, "off": False}.get(args.isolate, device.type == "cpu" and not quick)
+    budget_batch = args.budget_batch or (32 if device.type == "cpu" and not quick else None)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    env = bench_environment(device)
+    seq_len = (lambda sh: min(QUICK_LEN, sh.seq_len)) if quick else (lambda sh: sh.seq_len)
+    result: dict[str, Any] = {
+        "schema": SCHEMA, "quick": quick, "command": command_line(args), "sections": sections,
+        "environment": env, "load_average": {"start": load_average(), "end": None},
+        "settings": {**vars(s), "tasks": list(s.tasks), "batches": list(s.batches),
+                     "shapes": [sh.dataset for sh in shapes], "isolate": isolate},
+        "memory_method": PeakMemory(device).method + (" (fresh process per measurement)" if isolate else ""),
+        "notes": list(args.note),
+    }
+    log(f"bench on {env['device_name']} ({env['device_slug']}), sections {', '.join(sections)}"
+        + (" [quick]" if quick else ""))
+    suite = C.load_suite(config_path) if {"budget", "snakemake"} & set(sections) else None
+    t_all = time.perf_counter()
+
+    def do_train() -> None:
+        result["train"] = bench_train(shapes, s, device, isolate, seq_len, log)
+        result["ratios"] = ratios(result["train"])
+
+    def do_options() -> None:
+        shape = shapes[0]
+        result["options"] = bench_options(shape, s, device, isolate, seq_len(shape), args.compile_cpu, log)
+
+    def do_prepare() -> None:
+        with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
+            result["prepare"] = bench_prepare(Path(tmp), quick, log)
+
+    def do_budget() -> None:
+        reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))
+        b = bench_budget(suite, device, quick, budget_batch, reps, log, s.threads)
+        unit = "GPU hours" if device.type == "cuda" else "CPU hours"
+        b.update(config=str(config_path), unit=unit, device_name=env["device_name"])
+        result["budget"] = b
+        log(f"budget {config_path}: {b['total_hours']:.1f} {unit} on {env['device_name']}")
+
+    def do_snakemake() -> None:
+        sm = bench_snakemake(config_path)
+        sm["paper"] = config_path.name == "paper.yaml"
+        result["snakemake"] = sm
+        log(f"snakemake -n {config_path}: {sm.get('seconds', 0):.1f}s ({sm['status']})")
+
+    steps = {"train": do_train, "options": do_options, "prepare": do_prepare,
+             "budget": do_budget, "snakemake": do_snakemake}
+    result["errors"] = {}
+    for name in sections:
+        try:
+            steps[name]()
+        except Exception as err:  # one broken section (e.g. a missing package) must not lose the others
+            result["errors"][name] = f"{type(err).__name__}: {str(err).strip()[:500]}"
+            log(f"{name}: failed: {result['errors'][name]}")
+    result["load_average"]["end"] = load_average()
+    result["total_s"] = time.perf_counter() - t_all
+    result["targets"] = targets(result)
+    return result

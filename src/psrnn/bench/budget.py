@@ -1,0 +1,282 @@
+"""The budget section: device hours of a whole suite config from measured step times.
+
+    python -m psrnn bench --only budget                                   # config/paper.yaml
+    python -m psrnn bench --device cuda --only budget --config config/quick.yaml
+
+Every run of the config (experiments x seeds x grid points) to its max_epochs cap: each
+experiment's step and validation-batch times are measured at its own shapes (GPU: at the
+full length; CPU: at two shorter lengths, extrapolated linearly in T, and with
+--budget-batch at a smaller batch, scaled linearly). Text is padded to each batch's
+longest sequence, as training draws its batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from psrnn import config as C
+from psrnn.bench.measure import QUICK_LEN, Shape, Spec, run_measurement
+from psrnn.data.fixtures import imdb_lengths
+from psrnn.files import read_json
+
+# Official training-set sizes the prepared splits are cut from. IMDB: the training reviews
+# left after the 500-character filter (paper Table 1: 20K train + 2.2K valid).
+OFFICIAL_TRAIN = {"mnist": 60_000, "fmnist": 60_000, "cifar10": 50_000, "imdb": 22_200,
+                  "dbpedia": 560_000}
+IMAGE_SIDE = {"mnist": 28, "fmnist": 28, "cifar10": 32}
+IMAGE_FEATURES = {"mnist": 1, "fmnist": 1, "cifar10": 3}
+NUM_CLASSES = {"mnist": 10, "fmnist": 10, "cifar10": 10, "imdb": 2, "dbpedia": 14}
+# DBpedia "<title> <abstract>": assumed log-normal, mean ~300 characters (Table 1), when no
+# prepared data is at hand to read the real lengths from.
+DBPEDIA_LOGN = (5.6, 0.45)
+DBPEDIA_CLIP = (10, 3_000)
+
+
+def paper_table1(dataset: str) -> dict[str, Any]:
+    """The paper's Table 1 row of a dataset (config/reference.yaml)."""
+    ref = C.load_yaml(C.ROOT / "config" / "reference.yaml")
+    return next(row for row in ref["table1"] if row["dataset"] == dataset)
+
+
+def split_sizes(dataset: str, opts: dict[str, Any],
+                manifest: dict[str, Any] | None) -> tuple[int, int, str]:
+    """(train, valid, source): sequences per epoch from the prepared manifest when there is
+    one, else what `prepare` would cut from the official set with these options, else
+    (prepare not importable, e.g. no torchvision on a bare GPU box) the paper's Table 1."""
+    if manifest is not None:
+        return int(manifest["counts"]["train"]), int(manifest["counts"]["valid"]), "prepared manifest"
+    try:
+        from psrnn.data.prepare import resolve_options, valid_count
+    except ImportError as err:
+        row = paper_table1(dataset)
+        return int(row["train"]), int(row["valid"]), f"paper Table 1 (prepare not importable: {err})"
+    o = resolve_options(dataset, opts)
+    n = OFFICIAL_TRAIN[dataset]
+    n_valid = valid_count(n, o)
+    train, valid = n - n_valid, n_valid
+    return min(train, o["train"] or train), min(valid, o["valid"] or valid), "official dataset sizes"
+
+
+def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
+                 rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """(lengths of training texts, where they come from): the prepared train split when it
+    exists, else the length model (fixtures.IMDB_LOGN, DBPEDIA_LOGN) after the same filter
+    and cut."""
+    if prepared is not None and (prepared / "train.pt").is_file():
+        d = torch.load(prepared / "train.pt", map_location="cpu", weights_only=True)
+        return (d["offsets"][1:] - d["offsets"][:-1]).numpy(), f"prepared data ({prepared})"
+    try:
+        from psrnn.data.prepare import resolve_options
+
+        o = resolve_options(dataset, opts)
+    except ImportError:  # the paper's filter (IMDB >= 500 characters), no cut
+        o = {"min_chars": opts.get("min_chars", 500 if dataset == "imdb" else 0),
+             "max_length": opts.get("max_length")}
+    if dataset == "imdb":
+        lengths = imdb_lengths(200_000, rng)
+        source = "IMDB length model (log-normal, psrnn.data.fixtures.IMDB_LOGN)"
+    else:
+        mu, sigma = DBPEDIA_LOGN
+        lengths = np.clip(rng.lognormal(mu, sigma, 200_000), *DBPEDIA_CLIP).astype(np.int64)
+        source = "assumed DBpedia length model (log-normal, psrnn.bench.budget.DBPEDIA_LOGN)"
+    lengths = lengths[lengths >= o["min_chars"]]
+    if o["max_length"]:
+        lengths = np.minimum(lengths, o["max_length"])
+    return lengths, source
+
+
+def padded_length(lengths: np.ndarray, batch: int, bucket: int, n: int, seed: int = 0,
+                  epochs: int = 3) -> int:
+    """Mean padded length of a training batch: training pads each batch to its longest text
+    and the main GRU runs over all of it. Simulated with training's own batch order
+    (`training.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
+    from `lengths`."""
+    from psrnn.training import batch_order
+
+    rng = np.random.default_rng(seed)
+    maxima = []
+    for epoch in range(epochs):
+        sample = torch.from_numpy(rng.choice(lengths, size=n, replace=True))  # (n,)
+        for b in batch_order(sample, batch, bucket, torch.Generator().manual_seed(seed + epoch)):
+            maxima.append(int(sample[b].max()))
+    return int(round(float(np.mean(maxima))))
+
+
+def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (experiment, grid point) with everything its epoch time depends on."""
+    rng = np.random.default_rng(0)
+    droot = C.data_root(suite)
+    rows = []
+    cache: dict[tuple[str, int, int], tuple[int, str]] = {}
+    enabled = set(C.enabled_datasets(suite))
+    for name, exp in suite["experiments"].items():
+        ds = exp["dataset"]
+        opts = dict(suite["datasets"][ds].get("prepare") or {})
+        prepared = droot / "prepared" / ds
+        manifest_path = prepared / "manifest.json"
+        manifest = None
+        if manifest_path.is_file():
+            manifest = read_json(manifest_path)
+        train_n, valid_n, sizes_source = split_sizes(ds, opts, manifest)
+        points = C.grid_points(exp) if C.has_grid(suite, name) else [(None, {})]
+        for pid, _ in points:
+            cfg = C.resolve_run(suite, name, suite["seeds"][0], point=pid)
+            if ds in IMAGE_SIDE:
+                side = opts.get("downsample") or IMAGE_SIDE[ds]
+                seq_len, features, kind = side * side, IMAGE_FEATURES[ds], "continuous"
+                length_source = "image size"
+            else:
+                key = (ds, cfg.batch_size, cfg.bucket)
+                if key not in cache:
+                    lengths, src = text_lengths(ds, opts, prepared, rng)
+                    cache[key] = (padded_length(lengths, cfg.batch_size, cfg.bucket, train_n), src)
+                seq_len, length_source = cache[key]
+                features = manifest["features"] if manifest else opts.get(
+                    "alphabet_size", 60 if ds == "imdb" else 70)
+                kind = "categorical"
+            rows.append({
+                "experiment": name, "point": pid, "dataset": ds, "enabled": ds in enabled,
+                "sizes_source": sizes_source,
+                "seq_len": seq_len, "length_source": length_source, "features": features,
+                "input": kind, "hidden": cfg.hidden, "shared": cfg.shared,
+                "shared_units": cfg.shared_units if cfg.has_aux else 0,
+                "tasks": list(cfg.tasks), "anchors": cfg.anchors, "window": cfg.window,
+                "batch": cfg.batch_size, "embedding": cfg.embedding,
+                "decoder_layers": cfg.decoder_layers, "decoder_input": cfg.decoder_input,
+                "head": cfg.head, "max_epochs": cfg.max_epochs, "train_n": train_n,
+                "valid_n": valid_n, "seeds": len(suite["seeds"]), "search": pid is not None,
+            })
+    return rows
+
+
+def shape_key(row: dict[str, Any]) -> tuple:
+    keys = ("dataset", "seq_len", "features", "input", "hidden", "shared", "tasks", "anchors",
+            "window", "batch", "embedding", "decoder_layers", "decoder_input", "head")
+    return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in keys)
+
+
+def budget_lengths(seq_len: int, window: int, anchors: int, device: torch.device,
+                   quick: bool) -> list[int]:
+    """Sequence lengths to time a shape at: the real one on a GPU; on CPU (or --quick) two
+    shorter ones, extrapolated linearly (step time = a + b * T: the main GRU is linear in T,
+    the decoders' cost does not depend on T; a 4x lever arm keeps timing noise small)."""
+    shortest = 2 * window + anchors + 1  # anchors need [window, T - window)
+    if device.type == "cuda" and not quick:
+        return [seq_len]
+    t1 = max(shortest, QUICK_LEN if quick else 128)
+    if t1 >= seq_len:
+        return [seq_len]
+    return [t1, min((2 if quick else 4) * t1, seq_len)]
+
+
+def extrapolate(points: list[tuple[int, float]], seq_len: int) -> float:
+    """Line through two (T, time) points evaluated at seq_len (one point: itself). A
+    negative slope (timing noise) counts as flat: a longer sequence never runs faster."""
+    if len(points) == 1:
+        return points[0][1]
+    (t1, s1), (t2, s2) = points
+    slope = max(0.0, (s2 - s1) / (t2 - t1))
+    return s2 + slope * (seq_len - t2)
+
+
+def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
+                 batch_cap: int | None, repeats: tuple[int, int],
+                 log: Callable[[str], None], threads: int | None = None) -> dict[str, Any]:
+    """Device hours of every run of `suite` at its max_epochs cap, from timed steps."""
+    rows = budget_shapes(suite)
+    measured: dict[tuple, dict[str, Any]] = {}
+    # One CPU thread: its process CPU time is the step's wall time on an idle core, and
+    # unlike wall time it does not grow while other processes hold the cores.
+    clock = "step_cpu_ms" if device.type == "cpu" and threads == 1 else "step_ms"
+    warmup, reps = repeats
+    for row in rows:
+        key = shape_key(row)
+        if key in measured:
+            continue
+        batch = min(row["batch"], batch_cap) if batch_cap else row["batch"]
+        shape = Shape(row["dataset"], row["seq_len"], row["features"], row["input"],
+                      NUM_CLASSES[row["dataset"]])
+        points, eval_points, status = [], [], "ok"
+        lengths = budget_lengths(row["seq_len"], row["window"] if row["shared_units"] else 0,
+                                 row["anchors"] if row["shared_units"] else 0, device, quick)
+        for t in lengths:
+            spec = Spec(shape=shape, seq_len=t, hidden=row["hidden"], shared=row["shared"],
+                        tasks=tuple(row["tasks"]), anchors=row["anchors"], window=row["window"],
+                        batch=batch, warmup=warmup, repeats=reps, device=str(device), seed=0,
+                        threads=threads, eval_batches=1, embedding=row["embedding"],
+                        decoder_layers=row["decoder_layers"], decoder_input=row["decoder_input"],
+                        head=row["head"])
+            res = run_measurement(spec, isolate=False)
+            if res.get("status") != "ok":
+                status = res.get("status", "error")
+                break
+            points.append((t, res[clock]["min"] / 1e3))  # best of the repeats: least disturbed
+            eval_points.append((t, res["eval_batch_ms"] / 1e3))
+        scale = row["batch"] / batch  # CPU --budget-batch: time scaled linearly in batch size
+        if status == "ok":
+            step_s = extrapolate(points, row["seq_len"]) * scale
+            eval_s = extrapolate(eval_points, row["seq_len"]) * scale
+        else:
+            step_s = eval_s = None
+        measured[key] = {"step_s": step_s, "eval_batch_s": eval_s, "timed_lengths": lengths,
+                         "timed_batch": batch, "status": status}
+        log(f"budget {row['experiment']:26s} T={row['seq_len']:5d} d={row['hidden']:5d} "
+            f"step {step_s if step_s is None else round(step_s, 3)} s ({status})")
+
+    experiments: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        m = measured[shape_key(row)]
+        e = experiments.setdefault(row["experiment"], {
+            "experiment": row["experiment"], "dataset": row["dataset"], "enabled": row["enabled"],
+            "seq_len": row["seq_len"], "length_source": row["length_source"],
+            "features": row["features"], "hidden": row["hidden"],
+            "shared_units": row["shared_units"], "batch": row["batch"],
+            "train_n": row["train_n"], "valid_n": row["valid_n"], "sizes_source": row["sizes_source"],
+            "max_epochs": row["max_epochs"],
+            "seeds": row["seeds"], "grid_points": 0, "epoch_s": [], "status": "ok",
+            "timed_lengths": m["timed_lengths"], "timed_batch": m["timed_batch"]})
+        if m["status"] != "ok":
+            e["status"] = m["status"]
+            continue
+        e["clock"] = clock
+        steps = math.ceil(row["train_n"] / row["batch"])
+        evals = math.ceil(row["valid_n"] / row["batch"])
+        epoch_s = steps * m["step_s"] + evals * m["eval_batch_s"]
+        e["epoch_s"].append(epoch_s)
+        e["step_ms"] = m["step_s"] * 1e3
+        e["grid_points"] += int(row["search"])
+    total = {"enabled": 0.0, "disabled": 0.0}
+    out = []
+    for e in experiments.values():
+        if e["status"] != "ok" or not e["epoch_s"]:
+            e.update(epoch_s=None, runs=None, hours=None)
+            out.append(e)
+            continue
+        worst = max(e["epoch_s"])  # final runs: the selected point is not known beforehand
+        search_h = sum(e["epoch_s"]) * e["max_epochs"] / 3600 if e["grid_points"] else 0.0
+        final_h = e["seeds"] * worst * e["max_epochs"] / 3600
+        e.update(epoch_s=worst, runs=e["seeds"] + e["grid_points"], search_hours=search_h,
+                 final_hours=final_h, hours=search_h + final_h)
+        total["enabled" if e["enabled"] else "disabled"] += e["hours"]
+        out.append(e)
+    return {"experiments": out, "total_hours": total["enabled"],
+            "disabled_hours": total["disabled"],
+            "method": (f"step ({'process CPU time, one thread' if clock == 'step_cpu_ms' else 'wall clock'}"
+                       ", best of the repeats) and validation-batch times measured at each "
+                       "experiment's hidden "
+                       "size, shared units, anchors, window, batch and sequence length "
+                       + ("(timed at the full length)" if device.type == "cuda" and not quick else
+                          "(timed at two shorter lengths, extrapolated linearly in T)")
+                       + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
+                       + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
+                         "every run to its max_epochs cap (early stopping only shortens it); "
+                         "search = every grid point once (first seed), final = seeds x the "
+                         "slowest grid point; text padded to each batch's longest sequence (batches as "
+                         "training draws them, bucketed where the config says so: seq_len is the "
+                         "mean padded length)")}

@@ -1,0 +1,277 @@
+"""One measurement: a few training steps of one model, timed, with its peak memory.
+
+    python -m psrnn bench --only train --shapes mnist   # one measure_train per model
+
+A `Spec` says what is measured; `measure_train` runs it through `training.train_epoch` itself
+(the step training takes: batch gather, forward, CE + aux loss, backward, clip, SGD with warm
+restarts) on synthetic data in memory, so data loading is not timed apart.
+
+Memory: on CUDA, torch.cuda.max_memory_allocated growth over the allocation before the
+first step (exact, allocator view). On CPU, growth of the process's peak resident set
+(VmHWM, reset through /proc/self/clear_refs) over the RSS before the first step; in a
+fresh process per measurement (`run_measurement(spec, isolate=True)`), else later
+measurements can reuse memory freed by earlier ones and read low.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from psrnn import config as C
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One dataset's input as the model sees it."""
+
+    dataset: str
+    seq_len: int  # T: steps per sequence (text: every synthetic sequence has this length)
+    features: int  # values per step, or alphabet size for text
+    input: str  # "continuous" | "categorical"
+    classes: int
+
+
+# The paper's shapes: pixel MNIST, pixel CIFAR-10 (RGB per step), IMDB characters
+# (mean kept length 1430, 60-symbol one-hot).
+SHAPES = {
+    "mnist": Shape("mnist", 784, 1, "continuous", 10),
+    "cifar10": Shape("cifar10", 1024, 3, "continuous", 10),
+    "imdb": Shape("imdb", 1430, 60, "categorical", 2),
+}
+QUICK_LEN = 48  # --quick: every shape cut to this many steps
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one measurement times: `warmup + repeats` training steps of one model on
+    batch x (warmup + repeats) synthetic sequences of `shape`, each seq_len steps long."""
+
+    shape: Shape
+    seq_len: int  # T timed (the budget times shorter ones on CPU and extrapolates)
+    hidden: int
+    shared: float  # proportion of shared units (0: plain GRU)
+    tasks: tuple[str, ...]
+    anchors: int
+    window: int
+    batch: int
+    warmup: int  # untimed steps first (the first step is never timed)
+    repeats: int  # timed steps
+    device: str  # "cpu", "cuda", "cuda:N"
+    seed: int = 0
+    threads: int | None = None  # CPU threads; None: torch's default
+    naive: bool = False  # the slow reference psrnn.naive.NaivePSRNN, same weights
+    amp: str | None = None  # "bf16": forward under bf16 autocast
+    compile: bool = False  # torch.compile the auxiliary decoders
+    eval_batches: int = 0  # also time this many validation batches (eval_batch_ms)
+    embedding: int = 0
+    decoder_layers: int = 1
+    decoder_input: str = "teacher"
+    head: str = "linear"
+
+    def run_config(self) -> C.RunConfig:
+        """The training RunConfig (optimizer and clipping as training's defaults)."""
+        return C.coerce_run({
+            "dataset": self.shape.dataset, "hidden": self.hidden, "shared": self.shared,
+            "tasks": list(self.tasks), "anchors": self.anchors, "window": self.window,
+            "batch_size": self.batch, "embedding": self.embedding,
+            "decoder_layers": self.decoder_layers, "head": self.head,
+            "decoder_input": self.decoder_input, "seed": self.seed,
+        })
+
+
+# --- timing and memory ---------------------------------------------------------------------
+
+
+def spread(values: list[float], scale: float = 1.0) -> dict[str, Any]:
+    """{"median", "min", "max", "n"} of values x scale (e.g. seconds -> ms)."""
+    return {"median": statistics.median(values) * scale, "min": min(values) * scale,
+            "max": max(values) * scale, "n": len(values)}
+
+
+def _proc_status_kb(key: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class PeakMemory:
+    """Peak memory growth of the measured steps, in bytes; `method` says how it was taken."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+        if device.type == "cuda":
+            self.method = "cuda max_memory_allocated growth"
+        elif _proc_status_kb("VmHWM") is not None and self._reset_hwm():
+            self.method = "cpu peak RSS growth (VmHWM reset via clear_refs)"
+        else:
+            self.method = "cpu ru_maxrss growth"
+
+    @staticmethod
+    def _reset_hwm() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # 5 = reset the peak resident set size to the current one
+            return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+        elif self.method.startswith("cpu peak RSS"):
+            self._reset_hwm()
+            self.base = (_proc_status_kb("VmRSS") or 0) * 1024
+        else:
+            import resource
+
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device) - self.base
+        if self.method.startswith("cpu peak RSS"):
+            return (_proc_status_kb("VmHWM") or 0) * 1024 - self.base
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+# --- one measurement: a few training steps of one model ------------------------------------
+
+
+class Autocast(torch.nn.Module):
+    """Runs the wrapped model's forward under bf16 autocast; losses come back in float32."""
+
+    def __init__(self, model: torch.nn.Module, device_type: str):
+        super().__init__()
+        self.model = model
+        self.device_type = device_type
+
+    @property
+    def has_aux(self) -> bool:
+        return self.model.has_aux
+
+    def forward(self, x, lengths, anchors=None):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            logits, aux = self.model(x, lengths, anchors)
+        return logits.float(), (None if aux is None else aux.float())
+
+
+def compile_decoders(model: torch.nn.Module) -> None:
+    """torch.compile each auxiliary decoder in place (parameters stay the same tensors)."""
+    for task in list(model.decoders.keys()):
+        model.decoders[task] = torch.compile(model.decoders[task])
+
+
+def synthetic_split(shape: Shape, n: int, seq_len: int, seed: int):
+    """A SequenceSplit of n random sequences in the prepared format (values do not matter
+    for speed; shapes do)."""
+    from psrnn.data import SequenceSplit
+
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, shape.classes, (n,), generator=g)  # (N,)
+    if shape.input == "categorical":
+        x = torch.randint(0, shape.features, (n * seq_len,), generator=g, dtype=torch.uint8)  # (L,)
+        offsets = torch.arange(n + 1, dtype=torch.int64) * seq_len  # (N + 1,)
+        return SequenceSplit(x=x, y=y, offsets=offsets, categorical=True)
+    x = torch.randint(0, 256, (n, seq_len, shape.features), generator=g, dtype=torch.uint8)  # (N, T, F)
+    return SequenceSplit(x=x, y=y, offsets=None, categorical=False, scale=255.0)
+
+
+def measure_train(spec: Spec) -> dict[str, Any]:
+    """Time `warmup + repeats` training steps of one model (see `Spec`); returns step
+    times in ms (median/min/max, wall clock and process CPU), samples/s, peak memory in
+    MiB, parameter count, and with spec.eval_batches the time of one validation batch."""
+    from psrnn import training
+    from psrnn.models import build_model
+    from psrnn.naive import NaivePSRNN
+
+    device = torch.device(spec.device)
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    shape = spec.shape
+    training.seed_everything(spec.seed, device)
+    cfg = spec.run_config()
+    model = build_model(cfg, shape.input, shape.features, shape.classes)
+    shared_units = model.shared_units
+    if spec.naive:
+        model = NaivePSRNN.from_model(model)
+    model = model.to(device)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if spec.compile and model.has_aux:
+        compile_decoders(model)
+    if spec.amp == "bf16":
+        model = Autocast(model, device.type)
+    opt, sched = training.make_optimizer(cfg, model)
+    split = synthetic_split(shape, spec.batch * (spec.warmup + spec.repeats), spec.seq_len, spec.seed)
+    gens = training.Generators.seeded(spec.seed)
+    sync = synchronizer(device)
+    stamps: list[tuple[float, float]] = []  # (wall, process CPU) after each step
+
+    def on_step(epoch: int, step: int, m: torch.nn.Module) -> None:
+        sync()
+        stamps.append((time.perf_counter(), time.process_time()))
+
+    memory = PeakMemory(device)
+    memory.start()
+    sync()
+    start = (time.perf_counter(), time.process_time())
+    training.train_epoch(model, split, cfg, opt, sched, gens, device, 1, on_step)
+    peak = memory.peak()
+    wall, cpu = np.diff(np.array([start, *stamps]), axis=0).T  # (steps,) seconds per step each
+    timed = wall[spec.warmup:].tolist()
+    out = {
+        "step_ms": spread(timed, 1e3), "first_step_ms": float(wall[0]) * 1e3,
+        # CPU seconds of all this process's threads: on a shared CPU it does not count the
+        # time other processes held the cores (but does count idle threads' spin-waiting)
+        "step_cpu_ms": spread(cpu[spec.warmup:].tolist(), 1e3),
+        "samples_per_s": spec.batch / statistics.median(timed),
+        "peak_mem_mb": peak / 2**20, "memory_method": memory.method,
+        "params": params, "shared_units": shared_units, "status": "ok",
+    }
+    if spec.eval_batches:
+        eval_split = synthetic_split(shape, spec.batch * spec.eval_batches, spec.seq_len, spec.seed + 1)
+        training.evaluate(model, synthetic_split(shape, spec.batch, spec.seq_len, 2), cfg, device)
+        sync()
+        t0 = time.perf_counter()
+        training.evaluate(model, eval_split, cfg, device)
+        sync()
+        out["eval_batch_ms"] = (time.perf_counter() - t0) / spec.eval_batches * 1e3
+    return out
+
+
+def run_measurement(spec: Spec, isolate: bool) -> dict[str, Any]:
+    """measure_train in this process or in a fresh one; an error becomes status "error: ..."."""
+    try:
+        if not isolate:
+            return measure_train(spec)
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            return pool.submit(measure_train, spec).result()
+    except Exception as err:  # a failed option (e.g. no compiler) must not stop the benchmark
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return {"status": f"error: {type(err).__name__}: {msg[:300]}"}
