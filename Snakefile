@@ -7,29 +7,20 @@
 #   snakemake --workflow-profile profiles/slurm ...         # on a SLURM cluster
 #
 # profiles/default (picked up automatically) adds --rerun-incomplete, --apptainer-args
-# --nv, one GPU slot, printed shell commands. File lists and job parameters come from
+# --nv and printed shell commands. File lists and job parameters come from
 # src/psrnn/workflow.py; the config is validated there (JSON Schema + cross-key checks)
-# before any job starts.
-#
-# When jobs re-run: the run settings of each job are a `params` value (psrnn.workflow's
-# dataset_spec / experiment_spec, which include the dataset's preparation), so editing
-# one experiment in the config re-runs that experiment only, and editing a dataset
-# re-runs its download, preparation and training, in one invocation. The inputs of the
-# expensive jobs (download, prepare, search, train) are `ancient()`: a checkout by git or
-# DVC rewrites mtimes, which must not re-train anything (and an ancient input that exists
-# never triggers its consumer, hence the params). download.json, manifest.json and
-# selected.json are ancient only while the settings digest stamped in them matches the
-# config (current_or_plain; psrnn.workflow explains the Snakemake behaviour this avoids).
-# The cheap, deterministic jobs (select, compile, paper) follow mtimes as usual, so they
-# always see re-run upstream jobs.
-# A deleted run's metrics.json is redone, with compile and paper, because every run is
-# a target of `rule all`. Code changes under src/ are not tracked by Snakemake;
-# `dvc repro` (dvc.yaml) re-runs on them.
+# before any job starts. When jobs re-run, and why some inputs are ancient(): the
+# README's section "When jobs re-run".
 
 import os
 
+from snakemake.utils import min_version
+
 from psrnn import config as C
 from psrnn import workflow as W
+
+
+min_version("9.20")  # pyproject.toml's workflow group
 
 
 configfile: workflow.source_path("config/paper.yaml")
@@ -130,7 +121,7 @@ rule fixtures:
     output:
         W.fixture_files(CFG),
     params:
-        folder=CFG.get("fixtures", ""),
+        folder=lambda w, output: os.path.dirname(os.path.dirname(output[0])),  # <folder>/<ds>/MD5SUMS
     log:
         f"{RESULTS}/logs/fixtures.log",
     benchmark:

@@ -19,16 +19,25 @@ from psrnn.data import fixtures
 from psrnn.models import build_model, sample_anchors
 from psrnn.naive import NaivePSRNN
 
-
 # --- the naive reference is the same model -------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,features,embedding", [("continuous", 3, 0), ("categorical", 7, 0),
-                                                     ("categorical", 7, 5)])
+@pytest.mark.parametrize(
+    "kind,features,embedding", [("continuous", 3, 0), ("categorical", 7, 0), ("categorical", 7, 5)]
+)
 def test_naive_reference_computes_the_same_losses_and_gradients(kind, features, embedding):
     torch.manual_seed(0)
-    cfg = C.coerce_run(dict(dataset="imdb" if kind == "categorical" else "mnist", hidden=12,
-                            shared=0.5, tasks=["rec", "pred"], anchors=3, window=4, embedding=embedding))
+    cfg = C.coerce_run(
+        dict(
+            dataset="imdb" if kind == "categorical" else "mnist",
+            hidden=12,
+            shared=0.5,
+            tasks=["rec", "pred"],
+            anchors=3,
+            window=4,
+            embedding=embedding,
+        )
+    )
     model = build_model(cfg, kind, features, 5)
     naive = NaivePSRNN.from_model(model)
     assert sum(p.numel() for p in naive.parameters()) == sum(p.numel() for p in model.parameters())
@@ -41,8 +50,14 @@ def test_naive_reference_computes_the_same_losses_and_gradients(kind, features, 
         logits, aux = m(x, lengths, anchors)
         loss = torch.nn.functional.cross_entropy(logits, y) + aux.mean()
         loss.backward()
-        outs.append((logits.detach(), aux.detach(), m.head.weight.grad.clone(),
-                     next(iter(m.decoders.values())).gru.weight_hh_l0.grad.clone()))
+        outs.append(
+            (
+                logits.detach(),
+                aux.detach(),
+                m.head.weight.grad.clone(),
+                next(iter(m.decoders.values())).gru.weight_hh_l0.grad.clone(),
+            )
+        )
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert float(outs[0][1].min()) > 0  # the aux loss is really there
@@ -71,23 +86,37 @@ def test_ratio_of_medians_and_conservative_range():
 
 
 def test_ratios_pair_variants_per_shape():
-    rows = [{"shape": "mnist", "variant": v, **_timed(t, t, t)}
-            for v, t in (("gru", 10.0), ("full", 13.0), ("ps50", 11.0), ("naive", 220.0))]
+    rows = [
+        {"shape": "mnist", "variant": v, **_timed(t, t, t)}
+        for v, t in (("gru", 10.0), ("full", 13.0), ("ps50", 11.0), ("naive", 220.0))
+    ]
     got = {(r["kind"], r["numerator"]): r["median"] for r in speed.ratios(rows)}
-    assert got == pytest.approx({("aux_overhead", "full"): 1.3, ("aux_overhead", "ps50"): 1.1,
-                                 ("speedup", "naive"): 20.0})
+    assert got == pytest.approx(
+        {("aux_overhead", "full"): 1.3, ("aux_overhead", "ps50"): 1.1, ("speedup", "naive"): 20.0}
+    )
 
 
 def _result(device, overhead, speedup, prepare=None, snake=None, quick=False):
-    return {"quick": quick, "environment": {"device": device, "cpu_count": 2},
-            "ratios": [{"shape": "mnist", "numerator": "ps50", "denominator": "gru", "median": overhead},
-                       {"shape": "mnist", "numerator": "naive", "denominator": "ps50", "median": speedup}],
-            "prepare": prepare or [], "snakemake": snake}
+    return {
+        "quick": quick,
+        "environment": {"device": device, "cpu_count": 2},
+        "ratios": [
+            {"shape": "mnist", "numerator": "ps50", "denominator": "gru", "median": overhead},
+            {"shape": "mnist", "numerator": "naive", "denominator": "ps50", "median": speedup},
+        ],
+        "prepare": prepare or [],
+        "snakemake": snake,
+    }
 
 
 def test_targets_met_not_met_and_not_measured():
-    imdb = {"dataset": "imdb", "items": 50_000, "prepare_s": 61.0, "prepared_mb": 64.0,
-            "dense_onehot_gb": 15.2}
+    imdb = {
+        "dataset": "imdb",
+        "items": 50_000,
+        "prepare_s": 61.0,
+        "prepared_mb": 64.0,
+        "dense_onehot_gb": 15.2,
+    }
     snake = {"status": "ok", "seconds": 3.2, "paper": True}
     t = {x["target"].split(",")[0]: x for x in report.targets(_result("cuda", 1.15, 25.0, [imdb], snake))}
     status = {k: v["status"] for k, v in t.items()}
@@ -132,15 +161,26 @@ def test_padded_length_is_the_mean_batch_maximum_and_bucketing_cuts_it():
 
 
 def _suite():
-    return C.validate_suite({
-        "name": "t", "seeds": [0, 1],
-        "datasets": {"mnist": {"prepare": {"valid_size": 10_000}}},
-        "defaults": {"batch_size": 100, "max_epochs": 10},
-        "experiments": {
-            "a": {"dataset": "mnist", "hidden": 8, "shared": 0.0, "grid": {"lr": [0.1, 0.2, 0.3]}},
-            "b": {"dataset": "mnist", "hidden": 8, "shared": 0.5, "tasks": ["rec"], "anchors": 2,
-                  "window": 10, "max_epochs": 20},
-        }})
+    return C.validate_suite(
+        {
+            "name": "t",
+            "seeds": [0, 1],
+            "datasets": {"mnist": {"prepare": {"valid_size": 10_000}}},
+            "defaults": {"batch_size": 100, "max_epochs": 10},
+            "experiments": {
+                "a": {"dataset": "mnist", "hidden": 8, "shared": 0.0, "grid": {"lr": [0.1, 0.2, 0.3]}},
+                "b": {
+                    "dataset": "mnist",
+                    "hidden": 8,
+                    "shared": 0.5,
+                    "tasks": ["rec"],
+                    "anchors": 2,
+                    "window": 10,
+                    "max_epochs": 20,
+                },
+            },
+        }
+    )
 
 
 def test_budget_hours_from_step_times(monkeypatch, tmp_path):
@@ -149,12 +189,12 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
 
     def fake(spec, isolate):
         calls.append(spec)
-        return {"status": "ok", "step_ms": {"min": 200.0 if spec.shared else 100.0},
-                "eval_batch_ms": 50.0}
+        return {"status": "ok", "step_ms": {"min": 200.0 if spec.shared else 100.0}, "eval_batch_ms": 50.0}
 
     monkeypatch.setattr(budget, "run_measurement", fake)
-    b = budget.bench_budget(_suite(), torch.device("cuda"), quick=False, batch_cap=None,
-                           repeats=(1, 1), log=lambda m: None)
+    b = budget.bench_budget(
+        _suite(), torch.device("cuda"), quick=False, batch_cap=None, repeats=(1, 1), log=lambda m: None
+    )
     assert len(calls) == 2  # one shape per experiment: the lr grid does not change the step
     assert all(c.seq_len == 784 for c in calls)  # GPU: timed at the full length
     e = {x["experiment"]: x for x in b["experiments"]}
@@ -170,12 +210,12 @@ def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
     def fake(spec, isolate):  # 1 ms per step of sequence at batch 25
-        return {"status": "ok", "step_ms": {"min": spec.seq_len * 1.0},
-                "eval_batch_ms": spec.seq_len * 0.5}
+        return {"status": "ok", "step_ms": {"min": spec.seq_len * 1.0}, "eval_batch_ms": spec.seq_len * 0.5}
 
     monkeypatch.setattr(budget, "run_measurement", fake)
-    b = budget.bench_budget(_suite(), torch.device("cpu"), quick=False, batch_cap=25,
-                           repeats=(1, 1), log=lambda m: None)
+    b = budget.bench_budget(
+        _suite(), torch.device("cpu"), quick=False, batch_cap=25, repeats=(1, 1), log=lambda m: None
+    )
     a = next(x for x in b["experiments"] if x["experiment"] == "a")
     assert a["timed_lengths"] == [128, 512] and a["timed_batch"] == 25
     assert a["step_ms"] == pytest.approx(784 * 4)  # extrapolated to T = 784, x 100 / 25
@@ -186,8 +226,12 @@ def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
 
     def fake(spec, isolate):  # wall clock inflated 3x by other processes
-        return {"status": "ok", "step_ms": {"min": 300.0}, "step_cpu_ms": {"min": 100.0},
-                "eval_batch_ms": 10.0}
+        return {
+            "status": "ok",
+            "step_ms": {"min": 300.0},
+            "step_cpu_ms": {"min": 100.0},
+            "eval_batch_ms": 10.0,
+        }
 
     monkeypatch.setattr(budget, "run_measurement", fake)
     kw = dict(device=torch.device("cpu"), quick=False, batch_cap=None, repeats=(1, 1), log=lambda m: None)
@@ -235,16 +279,37 @@ def test_generated_archives_prepare_like_the_real_datasets(tmp_path):
 
 def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(["bench", "--quick", "--only", "train,options", "--shapes", "mnist",
-               "--isolate", "off", "--repeats", "1", "--out", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--quick",
+            "--only",
+            "train,options",
+            "--shapes",
+            "mnist",
+            "--isolate",
+            "off",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     env = machine.bench_environment(torch.device("cpu"))
     [json_path] = out.glob("*.json")
     assert json_path.name == f"{env['device_slug']}.json" and env["device_slug"].startswith("cpu-")
     r = json.loads(json_path.read_text())
     assert r["schema"] == "psrnn-bench/1" and r["quick"] is True
-    for key in ("device", "device_name", "torch_version", "cuda_version", "cudnn_version",
-                "platform", "cpu_count"):
+    for key in (
+        "device",
+        "device_name",
+        "torch_version",
+        "cuda_version",
+        "cudnn_version",
+        "platform",
+        "cpu_count",
+    ):
         assert key in r["environment"]
     assert [t["variant"] for t in r["train"]] == ["gru", "full", "ps50", "naive"]
     for t in r["train"]:
@@ -257,14 +322,20 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     params = {t["variant"]: t["params"] for t in r["train"]}
     assert params["naive"] == params["ps50"] > params["gru"] and params["full"] > params["ps50"]
     assert {(x["kind"], x["numerator"]) for x in r["ratios"]} == {
-        ("aux_overhead", "full"), ("aux_overhead", "ps50"), ("speedup", "naive")}
+        ("aux_overhead", "full"),
+        ("aux_overhead", "ps50"),
+        ("speedup", "naive"),
+    }
     options = {(o["option"], str(o["value"]), o["variant"]): o["status"] for o in r["options"]}
     assert options[("amp", "bf16", "ps50")] == "ok"  # CPU autocast: the GPU's code path runs here
     assert options[("batch", "8", "ps50")] == "ok"
     assert len(r["targets"]) == 6 and all(t["status"] == "not measured" for t in r["targets"])
 
     md = json_path.with_suffix(".md").read_text()
-    assert "--quick" in md and "| shape | model | T x F | batch | step ms | CPU ms | samples/s | peak MB | params |" in md
+    assert (
+        "--quick" in md
+        and "| shape | model | T x F | batch | step ms | CPU ms | samples/s | peak MB | params |" in md
+    )
     rows = [line for line in md.splitlines() if line.startswith("| mnist | ")]
     assert len(rows) == 4 + 3  # one per model, one per ratio
     assert sum("naive private/shared" in line for line in md.splitlines()) == 1
@@ -278,24 +349,51 @@ def test_unknown_section_or_shape_is_a_one_line_error(capsys):
 
 
 def _part(sections, quick=False, **data):
-    return {"schema": report.SCHEMA, "quick": quick, "sections": sections, "command": f"bench {sections}",
-            "notes": [], "load_average": {"start": [1.0], "end": [2.0]}, "total_s": 10.0,
-            "environment": {"device": "cpu", "cpu_count": 2}, **data}
+    return {
+        "schema": report.SCHEMA,
+        "quick": quick,
+        "sections": sections,
+        "command": f"bench {sections}",
+        "notes": [],
+        "load_average": {"start": [1.0], "end": [2.0]},
+        "total_s": 10.0,
+        "environment": {"device": "cpu", "cpu_count": 2},
+        **data,
+    }
 
 
 def test_merge_keeps_sections_not_rerun_and_redoes_targets():
-    imdb = {"dataset": "imdb", "items": 50_000, "prepare_s": 20.0, "prepared_mb": 64.0,
-            "dense_onehot_gb": 15.2}
-    old = _part(["train", "prepare"], train=[{"variant": "old"}], ratios=[], settings={"batch": 128},
-                memory_method="m", prepare=[imdb])
-    new = _part(["train", "budget"], train=[{"variant": "new"}], ratios=[], settings={"batch": 64},
-                memory_method="m", budget={"total_hours": 1.0})
+    imdb = {
+        "dataset": "imdb",
+        "items": 50_000,
+        "prepare_s": 20.0,
+        "prepared_mb": 64.0,
+        "dense_onehot_gb": 15.2,
+    }
+    old = _part(
+        ["train", "prepare"],
+        train=[{"variant": "old"}],
+        ratios=[],
+        settings={"batch": 128},
+        memory_method="m",
+        prepare=[imdb],
+    )
+    new = _part(
+        ["train", "budget"],
+        train=[{"variant": "new"}],
+        ratios=[],
+        settings={"batch": 64},
+        memory_method="m",
+        budget={"total_hours": 1.0},
+    )
     out = report.merge(old, new)
     assert out["sections"] == ["train", "prepare", "budget"]
     assert out["train"] == [{"variant": "new"}] and out["settings"] == {"batch": 64}
     assert out["prepare"] == [imdb] and out["budget"] == {"total_hours": 1.0}
     assert out["total_s"] == 20.0 and len(out["load_average"]["earlier_parts"]) == 1
-    assert {t["target"]: t["status"] for t in out["targets"]}["IMDB preparation of 50K reviews, time"] == "met"
+    assert {t["target"]: t["status"] for t in out["targets"]}[
+        "IMDB preparation of 50K reviews, time"
+    ] == "met"
     with pytest.raises(UserError):
         report.merge(_part(["train"], quick=True), new)
 
@@ -309,7 +407,9 @@ def test_a_failing_section_is_recorded_and_the_rest_still_written(tmp_path, monk
     [path] = tmp_path.glob("*.json")
     r = json.loads(path.read_text())
     assert r["errors"] == {"prepare": "RuntimeError: no torchvision here"} and "prepare" not in r
-    assert "**Section prepare failed:** RuntimeError: no torchvision here" in path.with_suffix(".md").read_text()
+    assert (
+        "**Section prepare failed:** RuntimeError: no torchvision here" in path.with_suffix(".md").read_text()
+    )
     assert {t["target"]: t["status"] for t in r["targets"]}["IMDB prepared size on disk"] == "not measured"
 
 

@@ -28,8 +28,9 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_python_dash_m_entry_point():
-    out = subprocess.run([sys.executable, "-m", "psrnn", "--version"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "psrnn", "--version"], capture_output=True, text=True, check=True
+    )
     assert out.stdout.startswith("psrnn ")
 
 
@@ -91,20 +92,28 @@ SMALL = Path(__file__).resolve().parents[1] / "config" / "small.yaml"
 TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", "run"]
 
 
-@pytest.mark.parametrize("argv,message", [
-    (TRAIN + ["--set", "lr=fast"], "lr: 'fast' is not of type 'number'"),
-    (TRAIN + ["--set", "hidden=abc"], "hidden: 'abc' is not of type 'integer'"),
-    (TRAIN + ["--set", "device=gpu"],
-     "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps"),
-    (TRAIN + ["--seed", "-1"], "seed: -1 is not a seed: expected an integer from 0 to 4294967295"),
-    (TRAIN + ["--seed", str(2**64)], f"seed: {2**64} is not a seed"),
-    (TRAIN + ["--set", "tasks=[rec"], "--set 'tasks=[rec': expected ',' or ']'"),
-    (["config", "syntax.yaml"], "syntax.yaml:2:6: mapping values are not allowed here"),
-    (["config", "duplicate.yaml"], "duplicate.yaml:3:1: duplicate key 'name' (first on line 2)"),
-    (["config", "extends.yaml"], "extends.yaml: extends: nope.yaml: file not found ("),
-    (["config", "grid.yaml"], "grid.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'"),
-    (["config", "seeds.yaml"], "seeds.yaml: seeds[1]: 4294967296 is not a seed"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (TRAIN + ["--set", "lr=fast"], "lr: 'fast' is not of type 'number'"),
+        (TRAIN + ["--set", "hidden=abc"], "hidden: 'abc' is not of type 'integer'"),
+        (
+            TRAIN + ["--set", "device=gpu"],
+            "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps",
+        ),
+        (TRAIN + ["--seed", "-1"], "seed: -1 is not a seed: expected an integer from 0 to 4294967295"),
+        (TRAIN + ["--seed", str(2**64)], f"seed: {2**64} is not a seed"),
+        (TRAIN + ["--set", "tasks=[rec"], "--set 'tasks=[rec': expected ',' or ']'"),
+        (["config", "syntax.yaml"], "syntax.yaml:2:6: mapping values are not allowed here"),
+        (["config", "duplicate.yaml"], "duplicate.yaml:3:1: duplicate key 'name' (first on line 2)"),
+        (["config", "extends.yaml"], "extends.yaml: extends: nope.yaml: file not found ("),
+        (
+            ["config", "grid.yaml"],
+            "grid.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'",
+        ),
+        (["config", "seeds.yaml"], "seeds.yaml: seeds[1]: 4294967296 is not a seed"),
+    ],
+)
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     inputs = {

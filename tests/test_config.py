@@ -62,8 +62,11 @@ def test_paper_config_rows_match_the_reference_settings():
 
 def test_table4_sweep_fixes_everything_but_shared():
     cfg = C.load_suite(PAPER)
-    sweep = {n: C.resolve_run(cfg, n, 0).to_dict() for n, e in cfg["experiments"].items()
-             if e["ref"].startswith("table4/")}
+    sweep = {
+        n: C.resolve_run(cfg, n, 0).to_dict()
+        for n, e in cfg["experiments"].items()
+        if e["ref"].startswith("table4/")
+    }
     assert sorted(r["shared"] for r in sweep.values()) == [0.0, 0.1, 0.3, 0.5, 0.7, 1.0]
     for r in sweep.values():
         r.pop("shared")
@@ -166,12 +169,23 @@ def test_train_resources_are_checked():
 
 
 def test_extends_merges_nested_maps_and_replaces_lists(tmp_path):
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
-        {"name": "b", "seeds": [0, 1], "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 10}}}}))
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "b",
+                "seeds": [0, 1],
+                "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 10}}},
+            }
+        )
+    )
     (tmp_path / "over.yaml").write_text(
-        "extends: base.yaml\nseeds: [5]\ndatasets: {mnist: {prepare: {train: 20}}}\n")
+        "extends: base.yaml\nseeds: [5]\ndatasets: {mnist: {prepare: {train: 20}}}\n"
+    )
     assert C.load_yaml(tmp_path / "over.yaml") == {
-        "name": "b", "seeds": [5], "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 20}}}}
+        "name": "b",
+        "seeds": [5],
+        "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 20}}},
+    }
 
 
 def test_extends_cycle_and_missing_base_are_errors(tmp_path):
@@ -191,7 +205,8 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
     """Table 2 rows within 5 % of the paper's count. The Table 4 sweep fixes the hidden
     size at the 0 % row, so its decoders (one 1-layer GRU of size r per task) fall short
     of the paper's at high shared proportions: within 15 %, and never above."""
-    from psrnn.workflow import main, param_table
+    from psrnn.cli import main
+    from psrnn.workflow import param_table
 
     cfg = C.load_suite(PAPER_DBPEDIA)
     reference = yaml.safe_load((C.ROOT / "config" / "reference.yaml").read_text())
@@ -202,7 +217,7 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
             assert 0.95 <= r["ratio"] <= 1.05, r
         else:
             assert 0.85 <= r["ratio"] <= 1.05, r
-    assert main(["params", str(PAPER)]) == 0
+    assert main(["config", str(PAPER), "--params"]) == 0
     out = capsys.readouterr().out
     assert "mnist_gru" in out and "89,940" in out and "90,000" in out
 
@@ -215,9 +230,14 @@ def test_configs_are_not_modified_by_validation():
 
 
 def test_extends_null_removes_a_key(tmp_path):
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
-        {"name": "b", "experiments": {"a": {"dataset": "mnist", "grid": {"lr": [1, 2]}},
-                                      "b": {"dataset": "mnist"}}}))
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "b",
+                "experiments": {"a": {"dataset": "mnist", "grid": {"lr": [1, 2]}}, "b": {"dataset": "mnist"}},
+            }
+        )
+    )
     (tmp_path / "over.yaml").write_text("extends: base.yaml\nexperiments: {a: {grid: null}, b: null}\n")
     assert C.load_yaml(tmp_path / "over.yaml") == {"name": "b", "experiments": {"a": {"dataset": "mnist"}}}
 
@@ -267,12 +287,29 @@ def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
 # --- numbers with an exponent ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,value", [
-    ("1e-3", 0.001), ("1e6", 1e6), ("1E+3", 1000.0), ("-2.5e-2", -0.025), ("1.5e3", 1500.0),
-    (".5e1", 5.0), ("0.05", 0.05), ("10", 10), ("1_000", 1000), ("1e", "1e"), ("e5", "e5"),
-    ("0x1e", 30), ("true", True), ("False", False), ("abc", "abc"),
-    ("off", "off"), ("yes", "yes"), ("On", "On"),  # YAML 1.2: strings, as DVC writes them
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("1e-3", 0.001),
+        ("1e6", 1e6),
+        ("1E+3", 1000.0),
+        ("-2.5e-2", -0.025),
+        ("1.5e3", 1500.0),
+        (".5e1", 5.0),
+        ("0.05", 0.05),
+        ("10", 10),
+        ("1_000", 1000),
+        ("1e", "1e"),
+        ("e5", "e5"),
+        ("0x1e", 30),
+        ("true", True),
+        ("False", False),
+        ("abc", "abc"),
+        ("off", "off"),
+        ("yes", "yes"),
+        ("On", "On"),  # YAML 1.2: strings, as DVC writes them
+    ],
+)
 def test_set_values_read_yaml_1_2_exponents(text, value):
     """1e-3 is a float as YAML 1.2 and Python read it; everything else as PyYAML reads it."""
     got = C.parse_set([f"x={text}"])["x"]
@@ -289,7 +326,8 @@ def test_a_config_as_dvc_rewrites_it_reads_the_same(tmp_path):
 def test_exponent_floats_in_a_config_file(tmp_path):
     (tmp_path / "s.yaml").write_text(
         f"extends: {SMALL}\ndefaults: {{lr: 1e-3, weight_decay: 5E-4}}\n"
-        "experiments: {mnist_gru: {grid: {lr: [1e-2, 1e-1]}}}\n")
+        "experiments: {mnist_gru: {grid: {lr: [1e-2, 1e-1]}}}\n"
+    )
     cfg = C.load_suite(tmp_path / "s.yaml")
     run = C.resolve_run(cfg, "mnist_gru", 0, point="lr-0.01")
     assert (run.lr, run.weight_decay) == (0.01, 0.0005)
@@ -301,14 +339,17 @@ def test_exponent_floats_in_a_config_file(tmp_path):
 # --- wrong types and ranges: the key named, before anything compares them ---------------------
 
 
-@pytest.mark.parametrize("item,message", [
-    ("hidden=abc", "hidden: 'abc' is not of type 'integer'"),
-    ("hidden=1e2", "hidden: 100.0 is not of type 'integer'"),  # a float is not a layer size
-    ("lr=fast", "lr: 'fast' is not of type 'number'"),
-    ("lr=0", "lr: 0 is less than or equal to the minimum of 0"),
-    ("tasks=rec", "tasks: 'rec' is not of type 'array'"),
-    ("device=gpu", "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps"),
-])
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("hidden=abc", "hidden: 'abc' is not of type 'integer'"),
+        ("hidden=1e2", "hidden: 100.0 is not of type 'integer'"),  # a float is not a layer size
+        ("lr=fast", "lr: 'fast' is not of type 'number'"),
+        ("lr=0", "lr: 0 is less than or equal to the minimum of 0"),
+        ("tasks=rec", "tasks: 'rec' is not of type 'array'"),
+        ("device=gpu", "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps"),
+    ],
+)
 def test_bad_set_values_are_named(item, message):
     cfg = C.load_suite(SMALL)
     with pytest.raises(C.ConfigError) as exc:
@@ -335,8 +376,9 @@ def test_wrong_grid_value_is_named_with_its_position():
 def test_seeds_outside_numpys_range_are_named(seed):
     cfg = paper_raw()
     cfg["seeds"] = [0, seed]
-    assert error_of(cfg) == (f"test.yaml: seeds[1]: {seed!r} is not a seed: "
-                             f"expected an integer from 0 to 4294967295 (2**32 - 1)")
+    assert error_of(cfg) == (
+        f"test.yaml: seeds[1]: {seed!r} is not a seed: expected an integer from 0 to 4294967295 (2**32 - 1)"
+    )
     with pytest.raises(C.ConfigError, match=r"^seed: .* is not a seed"):  # train --seed
         C.resolve_run(C.load_suite(SMALL), "mnist_gru", seed)
 
@@ -359,22 +401,28 @@ def test_devices_training_runs_on_are_accepted(device):
 def test_other_devices_are_named_with_the_accepted_forms(device):
     cfg = paper_raw()
     cfg["defaults"]["device"] = device
-    assert error_of(cfg) == (f"test.yaml: defaults.device: {device!r} is not a device: "
-                             "expected auto, cpu, cuda, cuda:N or mps")
+    assert error_of(cfg) == (
+        f"test.yaml: defaults.device: {device!r} is not a device: expected auto, cpu, cuda, cuda:N or mps"
+    )
 
 
 # --- YAML mistakes: file, line and column ------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,message", [
-    ("name: x\n  bad: [\n", "2:6: mapping values are not allowed here"),
-    ("name: x\nseeds: [0\n",
-     "3:1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
-    ("name: x\n\tseeds: [0]\n", "2:1: found character '\\t' that cannot start any token"),
-    ("name: a\nseeds: [0]\nname: b\n", "3:1: duplicate key 'name' (first on line 1)"),
-    ("defaults:\n  lr: 0.1\n  hidden: 3\n  lr: 1e-3\n", "4:3: duplicate key 'lr' (first on line 2)"),
-    ("defaults: {lr: 0.1, lr: 0.2}\n", "1:21: duplicate key 'lr' (first on line 1)"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("name: x\n  bad: [\n", "2:6: mapping values are not allowed here"),
+        (
+            "name: x\nseeds: [0\n",
+            "3:1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)",
+        ),
+        ("name: x\n\tseeds: [0]\n", "2:1: found character '\\t' that cannot start any token"),
+        ("name: a\nseeds: [0]\nname: b\n", "3:1: duplicate key 'name' (first on line 1)"),
+        ("defaults:\n  lr: 0.1\n  hidden: 3\n  lr: 1e-3\n", "4:3: duplicate key 'lr' (first on line 2)"),
+        ("defaults: {lr: 0.1, lr: 0.2}\n", "1:21: duplicate key 'lr' (first on line 1)"),
+    ],
+)
 def test_yaml_mistakes_name_file_line_and_column(tmp_path, text, message):
     path = tmp_path / "x.yaml"
     path.write_text(text)
@@ -400,5 +448,6 @@ def test_missing_extends_file_names_both_files(tmp_path):
     (tmp_path / "c.yaml").write_text("extends: nope.yaml\n")
     with pytest.raises(C.ConfigError) as exc:
         C.load_yaml(tmp_path / "c.yaml")
-    assert str(exc.value) == (f"{tmp_path / 'c.yaml'}: extends: nope.yaml: "
-                              f"file not found ({tmp_path / 'nope.yaml'})")
+    assert str(exc.value) == (
+        f"{tmp_path / 'c.yaml'}: extends: nope.yaml: file not found ({tmp_path / 'nope.yaml'})"
+    )

@@ -74,8 +74,12 @@ def test_dockerfile_lints_clean():
 
 def test_dockerfile_installs_exactly_the_lock_and_checks_health():
     text = DOCKERFILE.read_text()
-    syncs = re.findall(r"^RUN if \[ \"\$\{TORCH\}\" = lock \]; then uv sync (.*?); \\\n"
-                       r"\s+else bash containers/torch-variant\.sh \"\$\{TORCH\}\" (.*?); fi$", text, re.M)
+    syncs = re.findall(
+        r"^RUN if \[ \"\$\{TORCH\}\" = lock \]; then uv sync (.*?); \\\n"
+        r"\s+else bash containers/torch-variant\.sh \"\$\{TORCH\}\" (.*?); fi$",
+        text,
+        re.M,
+    )
     assert len(syncs) == 2 and all("--frozen" in lock for lock, _ in syncs)
     assert "--no-install-project" in syncs[0][0] and "--no-install-project" not in syncs[1][0]
     for lock, variant in syncs:  # the variant gets the same sync options
@@ -88,8 +92,17 @@ def test_dockerfile_installs_exactly_the_lock_and_checks_health():
 def test_apptainer_definition_has_its_sections_and_a_pinned_base():
     text = DEF.read_text()
     sections = def_sections(text)
-    for name in ("arguments", "labels", "help", "files", "files from uv", "environment", "post",
-                 "test", "runscript"):
+    for name in (
+        "arguments",
+        "labels",
+        "help",
+        "files",
+        "files from uv",
+        "environment",
+        "post",
+        "test",
+        "runscript",
+    ):
         assert name in sections, name
     assert re.search(r"^Bootstrap: docker$", text, re.M)
     froms = re.findall(r"^From:\s*(\S+)$", text, re.M)
@@ -100,14 +113,15 @@ def test_apptainer_definition_has_its_sections_and_a_pinned_base():
     assert 'bash containers/torch-variant.sh "{{ TORCH }}"' in sections["post"]
     assert "torch.cuda.is_available()" in sections["test"] and "import psrnn" in sections["test"]
     files = {line.split()[0] for line in sections["files"].strip().splitlines()}
-    assert files == {"pyproject.toml", "uv.lock", "README.md", "src", "config",
-                     "containers/torch-variant.sh"}
+    assert files == {"pyproject.toml", "uv.lock", "README.md", "src", "config", "containers/torch-variant.sh"}
     assert "/opt/psrnn/.venv/bin" in sections["environment"]
 
 
 def test_base_images_are_pinned_cuda_13_0_matching_the_locked_torch():
     pins = dockerfile_pins()
-    base = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(base|runtime|cudnn-runtime)-ubuntu(\d+\.\d+)", pins["base"])
+    base = re.fullmatch(
+        r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(base|runtime|cudnn-runtime)-ubuntu(\d+\.\d+)", pins["base"]
+    )
     assert base, pins["base"]
     # torch's CUDA wheels (uv.lock) decide the CUDA version: cuda-toolkit 13.0.x, *-cu13
     toolkit = locked_version("cuda-toolkit")
@@ -140,7 +154,7 @@ def test_recipes_copy_only_what_the_lock_install_needs(recipe):
 
 
 def test_ci_runs_exactly_the_readme_test_command():
-    ci = (ROOT / ".ci" / "run")
+    ci = ROOT / ".ci" / "run"
     assert ci.stat().st_mode & 0o111  # executable
     lines = [ln for ln in ci.read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines[-1] == "uv run --frozen pytest"
@@ -158,9 +172,14 @@ def test_torch_variant_installs_the_lock_without_its_cuda_wheels(tmp_path, varia
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tmp_path / f)
     shutil.copytree(ROOT / "src", tmp_path / "src")
-    res = subprocess.run(["bash", "containers/torch-variant.sh", variant, "--no-default-groups"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "DRY_RUN": "1", "UV_OFFLINE": "1"})
+    res = subprocess.run(
+        ["bash", "containers/torch-variant.sh", variant, "--no-default-groups"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DRY_RUN": "1", "UV_OFFLINE": "1"},
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     planned = re.findall(r"^ \+ ([\w.-]+)==", res.stdout + res.stderr, re.M)
     assert "numpy" in planned and "scipy" in planned
@@ -173,8 +192,20 @@ def test_torch_variant_installs_the_lock_without_its_cuda_wheels(tmp_path, varia
 
 
 def test_torch_variant_refuses_an_unknown_build():
-    res = subprocess.run(["bash", str(ROOT / "containers" / "torch-variant.sh"), "cu999"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["bash", str(ROOT / "containers" / "torch-variant.sh"), "cu999"], capture_output=True, text=True
+    )
     assert res.returncode == 2
-    assert res.stderr.strip() == ("containers/torch-variant.sh: unknown variant 'cu999' "
-                                  "(cpu, cu126, cu128)")
+    assert res.stderr.strip() == ("containers/torch-variant.sh: unknown variant 'cu999' (cpu, cu126, cu128)")
+
+
+def test_license_and_citation_match_pyproject():
+    import yaml
+
+    project = pyproject()["project"]
+    assert project["license"] == {"text": "MIT"}
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0"
+    assert (cff["version"], cff["license"]) == (project["version"], "MIT")
+    assert any("Private and Shared" in r["title"] for r in cff["references"])

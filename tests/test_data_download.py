@@ -35,8 +35,9 @@ def offline(**opts):
 
 def test_file_url_mirror_with_md5sums_file(fx, tmp_path):
     raw = tmp_path / "raw"
-    record = D.download("mnist", raw, offline(mirrors=[(fx / "mnist").as_uri()],
-                                              md5=str(fx / "mnist" / "MD5SUMS")))
+    record = D.download(
+        "mnist", raw, offline(mirrors=[(fx / "mnist").as_uri()], md5=str(fx / "mnist" / "MD5SUMS"))
+    )
     assert sorted(p.name for p in raw.iterdir()) == sorted([*MNIST, "download.json"])
     for name in MNIST:
         assert files.md5sum(raw / name) == files.md5sum(fx / "mnist" / name)
@@ -54,18 +55,24 @@ def test_plain_folder_path_mirror_relative_to_cwd(fx, tmp_path, monkeypatch):
 def test_a_missing_relative_local_dir_says_where_it_was_looked_for(fx, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as err:
-        D.download("imdb", tmp_path / "raw", offline(local_dir="archives/imdb",
-                                                     md5=str(fx / "imdb" / "MD5SUMS")))
+        D.download(
+            "imdb", tmp_path / "raw", offline(local_dir="archives/imdb", md5=str(fx / "imdb" / "MD5SUMS"))
+        )
     assert str(err.value).endswith(
-        f" (relative paths archives/imdb are read from the current directory {tmp_path})")
+        f" (relative paths archives/imdb are read from the current directory {tmp_path})"
+    )
     assert (tmp_path / "archives" / "imdb" / "aclImdb_v1.tar.gz").as_uri() in str(err.value)
     assert not (tmp_path / "raw" / "download.json").exists()
 
 
 def test_local_dir_is_used_before_mirrors(fx, tmp_path):
-    record = D.download("imdb", tmp_path / "raw", offline(
-        local_dir=str(fx / "imdb"), mirrors=[str(tmp_path / "nowhere")],
-        md5=str(fx / "imdb" / "MD5SUMS")))
+    record = D.download(
+        "imdb",
+        tmp_path / "raw",
+        offline(
+            local_dir=str(fx / "imdb"), mirrors=[str(tmp_path / "nowhere")], md5=str(fx / "imdb" / "MD5SUMS")
+        ),
+    )
     assert record["files"]["aclImdb_v1.tar.gz"]["url"].startswith((fx / "imdb").as_uri())
 
 
@@ -125,8 +132,12 @@ def test_present_files_are_kept_and_a_bad_one_is_fetched_again(fx, tmp_path):
 
 
 def test_official_urls_come_after_mirrors_and_keep_their_own_md5():
-    places = D.places(SOURCES["dbpedia"], "dbpedia_csv.tar.gz", {"mirrors": ["http://m/"]},
-                      SOURCES["dbpedia"].md5["dbpedia_csv.tar.gz"])
+    places = D.places(
+        SOURCES["dbpedia"],
+        "dbpedia_csv.tar.gz",
+        {"mirrors": ["http://m/"]},
+        SOURCES["dbpedia"].md5["dbpedia_csv.tar.gz"],
+    )
     assert [p.url.split("/")[2] for p in places] == ["m", "drive.google.com", "s3.amazonaws.com"]
     assert places[0].md5 == places[1].md5 == "dca7b1ae12b1091090db52aa7ec5ca64"
     assert places[2].md5 == "239c7837b9e79db34486f3de6a00e38e"  # fast.ai re-pack
@@ -135,8 +146,10 @@ def test_official_urls_come_after_mirrors_and_keep_their_own_md5():
 
 def test_parse_md5sums_formats_and_errors():
     text = "# comment\nd41d8cd98f00b204e9800998ecf8427e  a.gz\n0cc175b9c0f1b6a831c399e269772661 *b/c.tar.gz\n"
-    assert D.parse_md5sums(text) == {"a.gz": "d41d8cd98f00b204e9800998ecf8427e",
-                                     "c.tar.gz": "0cc175b9c0f1b6a831c399e269772661"}
+    assert D.parse_md5sums(text) == {
+        "a.gz": "d41d8cd98f00b204e9800998ecf8427e",
+        "c.tar.gz": "0cc175b9c0f1b6a831c399e269772661",
+    }
     with pytest.raises(UserError, match=":1: expected"):
         D.parse_md5sums("nonsense\n", "MD5SUMS")
 
@@ -181,8 +194,9 @@ def test_http_retries_server_errors_and_truncated_transfers(server, fx, tmp_path
     monkeypatch.setattr(D.time, "sleep", lambda s: None)
     url, handler = server
     handler.fail, handler.short = 1, 1  # 503, then a cut-off body, then the file
-    record = D.download("imdb", tmp_path / "raw", offline(
-        mirrors=[url], md5=str(fx / "imdb" / "MD5SUMS"), retries=3))
+    record = D.download(
+        "imdb", tmp_path / "raw", offline(mirrors=[url], md5=str(fx / "imdb" / "MD5SUMS"), retries=3)
+    )
     assert handler.requests == 3
     assert record["files"]["aclImdb_v1.tar.gz"]["bytes"] == len(handler.payload)
 
@@ -204,7 +218,7 @@ name: t
 seeds: [0]
 datasets:
   mnist:
-    source: {{mirrors: ["{fx / 'mnist'}"], md5: "{fx / 'mnist' / 'MD5SUMS'}", official: false}}
+    source: {{mirrors: ["{fx / "mnist"}"], md5: "{fx / "mnist" / "MD5SUMS"}", official: false}}
 experiments:
   g: {{dataset: mnist, shared: 0.0}}
 """)

@@ -28,8 +28,12 @@ def raw(tmp_path_factory):
     out = {}
     for ds in ("mnist", "fmnist", "cifar10"):
         fx = root / "fx" / ds
-        download(ds, root / "raw" / ds, {"mirrors": [fx.as_uri()], "md5": str(fx / "MD5SUMS"),
-                                          "official": False}, log=lambda m: None)
+        download(
+            ds,
+            root / "raw" / ds,
+            {"mirrors": [fx.as_uri()], "md5": str(fx / "MD5SUMS"), "official": False},
+            log=lambda m: None,
+        )
         out[ds] = root / "raw" / ds
     return out
 
@@ -84,8 +88,12 @@ def test_split_is_seeded(raw, tmp_path):
 
 def test_downsample_and_caps(raw, tmp_path):
     out = tmp_path / "p"
-    m = P.prepare("mnist", raw["mnist"], out,
-                  {"downsample": 14, "valid_size": 200, "train": 50, "valid": 40, "test": 40})
+    m = P.prepare(
+        "mnist",
+        raw["mnist"],
+        out,
+        {"downsample": 14, "valid_size": 200, "train": 50, "valid": 40, "test": 40},
+    )
     te = load_split(out, "test")
     assert m["counts"] == {"train": 50, "valid": 40, "test": 40}
     assert tuple(te.x.shape) == (40, 196, 1) and m["steps"] == 196 and m["image_size"] == [14, 14]
@@ -209,8 +217,23 @@ def test_cifar_tarball_without_a_batch_is_named(tmp_path):
 
 def test_cli_prepare_explicit_folders_and_set(raw, tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["prepare", "fmnist", "--raw", str(raw["fmnist"]), "--out", str(out),
-                 "--set", "valid_size=300", "--set", "downsample=7"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "fmnist",
+                "--raw",
+                str(raw["fmnist"]),
+                "--out",
+                str(out),
+                "--set",
+                "valid_size=300",
+                "--set",
+                "downsample=7",
+            ]
+        )
+        == 0
+    )
     m = read_manifest(out)
     assert m["counts"]["valid"] == 300 and m["steps"] == 49 and m["classes"][0] == "T-shirt/top"
     assert "fmnist: train 900, valid 300, test 300" in capsys.readouterr().out
@@ -239,10 +262,13 @@ def test_mnist_labels_without_a_class_are_refused(raw, tmp_path, capsys):
     keep = y != 7  # every training image of digit 7 lost
     (bad / "train-images-idx3-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(x[keep])))
     (bad / "train-labels-idx1-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(y[keep])))
-    line = one_line_error(["prepare", "mnist", "--raw", str(bad), "--out", str(tmp_path / "o"),
-                           "--set", "valid_size=100"], capsys)
-    assert line == (f"psrnn prepare: error: mnist: {bad / 'train-labels-idx1-ubyte.gz'} has no "
-                    f"train examples of class 7")
+    line = one_line_error(
+        ["prepare", "mnist", "--raw", str(bad), "--out", str(tmp_path / "o"), "--set", "valid_size=100"],
+        capsys,
+    )
+    assert line == (
+        f"psrnn prepare: error: mnist: {bad / 'train-labels-idx1-ubyte.gz'} has no train examples of class 7"
+    )
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
 
 
@@ -260,8 +286,9 @@ def test_cifar_test_batch_without_a_class_is_refused(raw, tmp_path, capsys):
     (bad / "cifar-10-python.tar.gz").write_bytes(tar_gz_bytes(members))
     with pytest.raises(UserError) as err:
         P.prepare("cifar10", bad, tmp_path / "o", {"valid_size": 100})
-    assert str(err.value) == (f"cifar10: {bad / 'cifar-10-python.tar.gz'}: {name} has no test "
-                              f"examples of class 3 (cat)")
+    assert str(err.value) == (
+        f"cifar10: {bad / 'cifar-10-python.tar.gz'}: {name} has no test examples of class 3 (cat)"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
 
 
@@ -269,12 +296,28 @@ def test_a_cap_that_drops_a_class_names_the_split(raw, tmp_path, capsys):
     out = tmp_path / "prepared" / "mnist"
     P.prepare("mnist", raw["mnist"], out, {"valid_size": 200, "valid": 40})
     before = (out / "valid.pt").read_bytes()
-    with pytest.raises(ConfigError, match=r"^prepare: mnist valid split \(20 sequences\) has no "
-                                          r"examples of classes 2, 6; make it larger "
-                                          r"\(options valid_size, valid\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^prepare: mnist valid split \(20 sequences\) has no "
+        r"examples of classes 2, 6; make it larger "
+        r"\(options valid_size, valid\)$",
+    ):
         P.prepare("mnist", raw["mnist"], out, {"valid_size": 200, "valid": 20})
-    line = one_line_error(["prepare", "mnist", "--raw", str(raw["mnist"]), "--out", str(out),
-                           "--set", "valid_size=200", "--set", "test=20"], capsys)
+    line = one_line_error(
+        [
+            "prepare",
+            "mnist",
+            "--raw",
+            str(raw["mnist"]),
+            "--out",
+            str(out),
+            "--set",
+            "valid_size=200",
+            "--set",
+            "test=20",
+        ],
+        capsys,
+    )
     assert "mnist test split (20 sequences) has no examples of" in line and "(options test)" in line
     # the folder prepared before is kept as it was, with no leftovers beside it
     assert (out / "valid.pt").read_bytes() == before
@@ -285,8 +328,7 @@ def test_a_cap_that_drops_a_class_names_the_split(raw, tmp_path, capsys):
 def prepared(raw, tmp_path):
     """A small prepared MNIST folder at data/x/prepared/mnist, as a config would place it."""
     out = tmp_path / "data" / "x" / "prepared" / "mnist"
-    P.prepare("mnist", raw["mnist"], out, {"downsample": 7, "valid_size": 100, "train": 60,
-                                            "test": 50})
+    P.prepare("mnist", raw["mnist"], out, {"downsample": 7, "valid_size": 100, "train": 60, "test": 50})
     return out
 
 
@@ -333,12 +375,22 @@ def test_truncated_manifest_is_named(prepared):
 
 def test_training_on_a_damaged_split_is_one_line(prepared, tmp_path, capsys):
     run_yaml = tmp_path / "run.yaml"
-    run_yaml.write_text(yaml.safe_dump({"dataset": "mnist", "data_dir": str(prepared), "hidden": 4,
-                                        "window": 3, "anchors": 1, "max_epochs": 1,
-                                        "batch_size": 16, "progress": "plain"}))
+    run_yaml.write_text(
+        yaml.safe_dump(
+            {
+                "dataset": "mnist",
+                "data_dir": str(prepared),
+                "hidden": 4,
+                "window": 3,
+                "anchors": 1,
+                "max_epochs": 1,
+                "batch_size": 16,
+                "progress": "plain",
+            }
+        )
+    )
     path = prepared / "train.pt"
     path.write_bytes(path.read_bytes()[:-200])
-    line = one_line_error(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")],
-                          capsys)
+    line = one_line_error(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")], capsys)
     assert line.startswith(f"psrnn train: error: {path} is damaged (") and line.endswith(RERUN)
     assert not (tmp_path / "run").exists()

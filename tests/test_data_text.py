@@ -25,8 +25,12 @@ def raw(tmp_path_factory):
     out = {}
     for ds in ("imdb", "dbpedia"):
         fx = root / "fx" / ds
-        download(ds, root / "raw" / ds, {"local_dir": str(fx), "md5": str(fx / "MD5SUMS"),
-                                          "official": False}, log=lambda m: None)
+        download(
+            ds,
+            root / "raw" / ds,
+            {"local_dir": str(fx), "md5": str(fx / "MD5SUMS"), "official": False},
+            log=lambda m: None,
+        )
         out[ds] = root / "raw" / ds
     return out
 
@@ -39,14 +43,15 @@ def reviews(raw):
         for m in tar:
             parts = m.name.split("/")
             if m.isfile() and len(parts) == 4 and parts[2] in ("pos", "neg"):
-                out[parts[1]].append((tar.extractfile(m).read().decode("utf-8"),
-                                      int(parts[2] == "pos")))
+                out[parts[1]].append((tar.extractfile(m).read().decode("utf-8"), int(parts[2] == "pos")))
     return out
 
 
 def texts(split, alphabet):
-    return [(P.decode(split.x[a:b], alphabet), int(y))
-            for a, b, y in zip(split.offsets[:-1].tolist(), split.offsets[1:].tolist(), split.y)]
+    return [
+        (P.decode(split.x[a:b], alphabet), int(y))
+        for a, b, y in zip(split.offsets[:-1].tolist(), split.offsets[1:].tolist(), split.y)
+    ]
 
 
 def unknown_aside(text, alphabet):
@@ -103,9 +108,9 @@ def test_imdb_batches_are_padded_to_the_longest(raw, tmp_path):
     x, lengths, y = tr.batch(idx)
     assert x.dtype == torch.int64 and tuple(x.shape) == (3, 700)
     assert lengths.tolist() == tr.lengths[idx].tolist() and lengths[0] >= 500
-    assert (x[0, lengths[0]:] == 0).all() and y.tolist() == tr.y[idx].tolist()
+    assert (x[0, lengths[0] :] == 0).all() and y.tolist() == tr.y[idx].tolist()
     a = int(tr.offsets[short])
-    assert x[0, : lengths[0]].tolist() == tr.x[a:a + int(lengths[0])].long().tolist()
+    assert x[0, : lengths[0]].tolist() == tr.x[a : a + int(lengths[0])].long().tolist()
 
 
 def test_imdb_default_split_is_20k_train_and_the_rest_valid(raw, tmp_path):
@@ -128,8 +133,11 @@ def test_imdb_small_options_and_shuffled_test_cap(raw, tmp_path):
 
 
 def test_empty_review_is_named(tmp_path):
-    members = {"aclImdb/train/pos/0_9.txt": b"Great " * 100, "aclImdb/train/neg/3_2.txt": b"",
-               "aclImdb/test/pos/0_8.txt": b"Fine " * 120}
+    members = {
+        "aclImdb/train/pos/0_9.txt": b"Great " * 100,
+        "aclImdb/train/neg/3_2.txt": b"",
+        "aclImdb/test/pos/0_8.txt": b"Fine " * 120,
+    }
     (tmp_path / "aclImdb_v1.tar.gz").write_bytes(tar_gz_bytes(members))
     with pytest.raises(UserError, match=r"aclImdb/train/neg/3_2.txt: empty review"):
         P.prepare("imdb", tmp_path, tmp_path / "out", {"valid_size": 1})
@@ -152,8 +160,9 @@ def test_dbpedia_end_to_end(raw, tmp_path):
     assert not any(c.isupper() for c in m["alphabet"])
     with tarfile.open(raw["dbpedia"] / "dbpedia_csv.tar.gz") as tar:
         rows = list(csv.reader(io.TextIOWrapper(tar.extractfile("dbpedia_csv/test.csv"), "utf-8")))
-    expect = sorted((unknown_aside(f"{t.strip()} {a.strip()}".lower(), m["alphabet"]), int(c) - 1)
-                    for c, t, a in rows)
+    expect = sorted(
+        (unknown_aside(f"{t.strip()} {a.strip()}".lower(), m["alphabet"]), int(c) - 1) for c, t, a in rows
+    )
     assert sorted(texts(load_split(out, "test"), m["alphabet"])) == expect
 
 
@@ -163,10 +172,16 @@ def test_dbpedia_keeps_case_when_asked(raw, tmp_path):
 
 
 def test_dbpedia_bad_row_is_named(tmp_path):
-    bad = "1,\"A\",\" fine\"\n15,\"B\",\" class out of range\"\n"
-    (tmp_path / "dbpedia_csv.tar.gz").write_bytes(tar_gz_bytes({
-        "dbpedia_csv/train.csv": bad.encode(), "dbpedia_csv/test.csv": b'1,"A"," x"\n',
-        "dbpedia_csv/classes.txt": ("\n".join(DBPEDIA_CLASSES) + "\n").encode()}))
+    bad = '1,"A"," fine"\n15,"B"," class out of range"\n'
+    (tmp_path / "dbpedia_csv.tar.gz").write_bytes(
+        tar_gz_bytes(
+            {
+                "dbpedia_csv/train.csv": bad.encode(),
+                "dbpedia_csv/test.csv": b'1,"A"," x"\n',
+                "dbpedia_csv/classes.txt": ("\n".join(DBPEDIA_CLASSES) + "\n").encode(),
+            }
+        )
+    )
     with pytest.raises(UserError, match=r"dbpedia_csv/train.csv:2: class 15 outside 1..14"):
         P.prepare("dbpedia", tmp_path, tmp_path / "o", {"valid_size": 1})
 
@@ -238,14 +253,34 @@ def test_imdb_archive_without_test_pos_is_refused(raw, tmp_path, capsys):
     (mirror / "aclImdb_v1.tar.gz").write_bytes(tar_gz_bytes(members))
     (mirror / "MD5SUMS").write_text(f"{files.md5sum(mirror / 'aclImdb_v1.tar.gz')}  aclImdb_v1.tar.gz\n")
     bad = tmp_path / "raw"
-    download("imdb", bad, {"local_dir": str(mirror), "md5": str(mirror / "MD5SUMS"),
-                           "official": False}, log=lambda m: None)
+    download(
+        "imdb",
+        bad,
+        {"local_dir": str(mirror), "md5": str(mirror / "MD5SUMS"), "official": False},
+        log=lambda m: None,
+    )
     out = tmp_path / "prepared"
-    line = one_line_error(["prepare", "imdb", "--raw", str(bad), "--out", str(out), "--set",
-                           "min_chars=300", "--set", "max_length=200", "--set", "valid_size=40"],
-                          capsys)
-    assert line == (f"psrnn prepare: error: imdb: {bad / 'aclImdb_v1.tar.gz'}: "
-                    "aclImdb/test/{neg,pos}/*.txt has no test examples of class 1 (pos)")
+    line = one_line_error(
+        [
+            "prepare",
+            "imdb",
+            "--raw",
+            str(bad),
+            "--out",
+            str(out),
+            "--set",
+            "min_chars=300",
+            "--set",
+            "max_length=200",
+            "--set",
+            "valid_size=40",
+        ],
+        capsys,
+    )
+    assert line == (
+        f"psrnn prepare: error: imdb: {bad / 'aclImdb_v1.tar.gz'}: "
+        "aclImdb/test/{neg,pos}/*.txt has no test examples of class 1 (pos)"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "raw"]
 
 
@@ -256,19 +291,37 @@ def test_dbpedia_csv_without_a_class_is_refused(raw, tmp_path):
     (tmp_path / "dbpedia_csv.tar.gz").write_bytes(tar_gz_bytes(members))
     with pytest.raises(UserError) as err:
         P.prepare("dbpedia", tmp_path, tmp_path / "o", {"valid_size": 140})
-    assert str(err.value) == (f"dbpedia: {tmp_path / 'dbpedia_csv.tar.gz'}: dbpedia_csv/test.csv "
-                              "has no test examples of class 13 (WrittenWork)")
+    assert str(err.value) == (
+        f"dbpedia: {tmp_path / 'dbpedia_csv.tar.gz'}: dbpedia_csv/test.csv "
+        "has no test examples of class 13 (WrittenWork)"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dbpedia_csv.tar.gz"]
 
 
 def test_text_split_too_small_for_every_class_is_named(raw, tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"^prepare: dbpedia valid split \(10 sequences\) has no "
-                                          r"examples of classes .*; make it larger "
-                                          r"\(options valid_size\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^prepare: dbpedia valid split \(10 sequences\) has no "
+        r"examples of classes .*; make it larger "
+        r"\(options valid_size\)$",
+    ):
         P.prepare("dbpedia", raw["dbpedia"], tmp_path / "d", {"valid_size": 10})
     # a text split names min_chars too: the length filter can empty a class as well
-    line = one_line_error(["prepare", "imdb", "--raw", str(raw["imdb"]), "--out",
-                           str(tmp_path / "i"), "--set", "valid_size=40", "--set", "test=1"], capsys)
+    line = one_line_error(
+        [
+            "prepare",
+            "imdb",
+            "--raw",
+            str(raw["imdb"]),
+            "--out",
+            str(tmp_path / "i"),
+            "--set",
+            "valid_size=40",
+            "--set",
+            "test=1",
+        ],
+        capsys,
+    )
     assert "imdb test split (1 sequences) has no examples of class" in line
     assert line.endswith("make it larger (options test, min_chars)")
     assert list(tmp_path.iterdir()) == []

@@ -25,10 +25,13 @@ def test_the_registry_names_the_datasets_in_order():
 
 def test_every_dataset_has_a_source_reader_preparer_and_fixture():
     """The README's recipe: one row plus these; a missing one is named here."""
-    for part, names in [("sources.SOURCES", SOURCES), ("readers.READERS", READERS),
-                        ("prepare.NOTES", P.NOTES),
-                        ("fixtures.BUILDERS", fixtures.BUILDERS),
-                        ("fixtures.DATASETS", fixtures.DATASETS)]:
+    for part, names in [
+        ("sources.SOURCES", SOURCES),
+        ("readers.READERS", READERS),
+        ("prepare.NOTES", P.NOTES),
+        ("fixtures.BUILDERS", fixtures.BUILDERS),
+        ("fixtures.DATASETS", fixtures.DATASETS),
+    ]:
         assert sorted(names) == sorted(REGISTRY), part
 
 
@@ -62,8 +65,10 @@ def test_rows_match_the_papers_table_1():
             held_out = ds.valid_size + (ds.official_test if name == "cifar10" else 0)
             assert row["valid"] == held_out, name
     imdb = REGISTRY["imdb"]  # 20K train + 2.2K valid of the reviews kept by the filter
-    assert (table1["imdb"]["train"], table1["imdb"]["valid"]) == (imdb.train_size,
-                                                                  imdb.split_pool - imdb.train_size)
+    assert (table1["imdb"]["train"], table1["imdb"]["valid"]) == (
+        imdb.train_size,
+        imdb.split_pool - imdb.train_size,
+    )
 
 
 def test_prepare_defaults_are_the_rows():
@@ -73,10 +78,26 @@ def test_prepare_defaults_are_the_rows():
         "mnist": {"downsample": None, "valid_size": 10_000, "seed": 0, **caps},
         "fmnist": {"downsample": None, "valid_size": 10_000, "seed": 0, **caps},
         "cifar10": {"downsample": None, "valid_size": 5_000, "seed": 0, **caps},
-        "imdb": {"min_chars": 500, "max_length": None, "alphabet_size": 60, "lowercase": False,
-                 "train_size": 20_000, "valid_size": None, "seed": 0, **caps},
-        "dbpedia": {"min_chars": 0, "max_length": None, "alphabet_size": 70, "lowercase": True,
-                    "train_size": None, "valid_size": 14_000, "seed": 0, **caps},
+        "imdb": {
+            "min_chars": 500,
+            "max_length": None,
+            "alphabet_size": 60,
+            "lowercase": False,
+            "train_size": 20_000,
+            "valid_size": None,
+            "seed": 0,
+            **caps,
+        },
+        "dbpedia": {
+            "min_chars": 0,
+            "max_length": None,
+            "alphabet_size": 70,
+            "lowercase": True,
+            "train_size": None,
+            "valid_size": 14_000,
+            "seed": 0,
+            **caps,
+        },
     }
     assert P.IMAGES == ("mnist", "fmnist", "cifar10") and P.TEXTS == ("imdb", "dbpedia")
 
@@ -85,9 +106,12 @@ def test_model_inputs_are_the_rows():
     """(input kind, values per step, classes) as the parameter counts see them; a config's
     alphabet_size replaces a text's default and nothing else."""
     assert {n: (ds.input, ds.input_features(), ds.classes) for n, ds in REGISTRY.items()} == {
-        "mnist": ("continuous", 1, 10), "fmnist": ("continuous", 1, 10),
-        "cifar10": ("continuous", 3, 10), "imdb": ("categorical", 60, 2),
-        "dbpedia": ("categorical", 70, 14)}
+        "mnist": ("continuous", 1, 10),
+        "fmnist": ("continuous", 1, 10),
+        "cifar10": ("continuous", 3, 10),
+        "imdb": ("categorical", 60, 2),
+        "dbpedia": ("categorical", 70, 14),
+    }
     assert REGISTRY["imdb"].input_features({"alphabet_size": 40}) == 40
     assert REGISTRY["cifar10"].input_features({"downsample": 16}) == 3
     assert REGISTRY["cifar10"].steps({"downsample": 16}) == 256 and REGISTRY["imdb"].steps() is None
@@ -116,24 +140,30 @@ def test_the_schema_enums_list_the_registry():
         assert enum == NAMES + extra, path
 
 
-@pytest.mark.parametrize("config, lengths", [
-    ("paper.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
-    ("paper-dbpedia.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
-    ("quick.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
-    ("small.yaml", {"mnist": 49, "fmnist": 49, "cifar10": 49, "imdb": 300, "dbpedia": 1}),
-])
+@pytest.mark.parametrize(
+    "config, lengths",
+    [
+        ("paper.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
+        ("paper-dbpedia.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
+        ("quick.yaml", {"mnist": 784, "fmnist": 784, "cifar10": 1024, "imdb": 500, "dbpedia": 1}),
+        ("small.yaml", {"mnist": 49, "fmnist": 49, "cifar10": 49, "imdb": 300, "dbpedia": 1}),
+    ],
+)
 def test_min_length_of_the_committed_configs(config, lengths):
     """The values config.min_length had as an if-chain, before the registry."""
     cfg = C.load_suite(C.ROOT / "config" / config)
     assert {d: C.min_length(cfg, d) for d in cfg["datasets"]} == lengths
 
 
-@pytest.mark.parametrize("dataset, prepare, length", [
-    ("cifar10", {"downsample": 8}, 64),
-    ("imdb", {"max_length": 100}, 100),  # cut below min_chars
-    ("imdb", {"min_chars": 0}, 0),
-    ("dbpedia", {"min_chars": 50}, 1),  # short texts: no window check, whatever the filter
-])
+@pytest.mark.parametrize(
+    "dataset, prepare, length",
+    [
+        ("cifar10", {"downsample": 8}, 64),
+        ("imdb", {"max_length": 100}, 100),  # cut below min_chars
+        ("imdb", {"min_chars": 0}, 0),
+        ("dbpedia", {"min_chars": 50}, 1),  # short texts: no window check, whatever the filter
+    ],
+)
 def test_min_length_follows_the_prepare_options(dataset, prepare, length):
     assert C.min_length({"datasets": {dataset: {"prepare": prepare}}}, dataset) == length
 
@@ -159,9 +189,13 @@ def test_the_config_stays_light():
 
 # options that fit the fixtures (1200 train images, ~450 long reviews, 840 abstracts of 36
 # distinct characters); everything else is the row's default
-FIXTURE_OPTIONS = {"mnist": {"valid_size": 100}, "fmnist": {"valid_size": 100},
-                   "cifar10": {"valid_size": 100}, "imdb": {"valid_size": 50},
-                   "dbpedia": {"valid_size": 70, "alphabet_size": 30}}
+FIXTURE_OPTIONS = {
+    "mnist": {"valid_size": 100},
+    "fmnist": {"valid_size": 100},
+    "cifar10": {"valid_size": 100},
+    "imdb": {"valid_size": 50},
+    "dbpedia": {"valid_size": 70, "alphabet_size": 30},
+}
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,17 @@ import pytest
 
 from psrnn import gpus
 
-CLAIM = ("import sys, time; from pathlib import Path; from psrnn import gpus; "
-         "i = gpus.claim(int(sys.argv[1]), Path(sys.argv[2]), poll_s=0.05); "
-         "print(i, flush=True); time.sleep(float(sys.argv[3]))")
+CLAIM = (
+    "import sys, time; from pathlib import Path; from psrnn import gpus; "
+    "i = gpus.claim(int(sys.argv[1]), Path(sys.argv[2]), poll_s=0.05); "
+    "print(i, flush=True); time.sleep(float(sys.argv[3]))"
+)
 
 
 def claimer(count: int, locks, hold_s: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CLAIM, str(count), str(locks), str(hold_s)],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CLAIM, str(count), str(locks), str(hold_s)], stdout=subprocess.PIPE, text=True
+    )
 
 
 def test_parallel_jobs_get_distinct_devices_and_a_killed_job_frees_its_own(tmp_path):

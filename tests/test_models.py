@@ -15,9 +15,21 @@ from torch import nn
 
 from psrnn import config as C
 from psrnn.config import ConfigError, RunConfig
-from psrnn.models import (AUX_TASKS, PSRNN, AuxDecoder, ModelConfig, build_model, count_params,
-                          gather_steps, grad_norms, gru_cell, hidden_states, param_counts,
-                          sample_anchors, window_positions)
+from psrnn.models import (
+    AUX_TASKS,
+    PSRNN,
+    AuxDecoder,
+    ModelConfig,
+    build_model,
+    count_params,
+    gather_steps,
+    grad_norms,
+    gru_cell,
+    hidden_states,
+    param_counts,
+    sample_anchors,
+    window_positions,
+)
 from psrnn.naive import NaivePSRNN
 
 
@@ -49,10 +61,22 @@ def gen(seed=0):
 def test_model_config_holds_the_model_settings_of_a_run():
     run = cfg_(tasks=("pred",), decoder_input="estimate", embedding=4, head="mlp", init="chrono")
     mc = ModelConfig.from_run(run, "categorical", 7, 3, steps=50)
-    assert mc == ModelConfig(input_kind="categorical", features=7, classes=3, hidden=12,
-                             shared_units=6, tasks=("pred",), window=4, decoder_layers=1,
-                             teacher=False, embedding=4, head="mlp", head_hidden=0,
-                             init="chrono", init_steps=50)
+    assert mc == ModelConfig(
+        input_kind="categorical",
+        features=7,
+        classes=3,
+        hidden=12,
+        shared_units=6,
+        tasks=("pred",),
+        window=4,
+        decoder_layers=1,
+        teacher=False,
+        embedding=4,
+        head="mlp",
+        head_hidden=0,
+        init="chrono",
+        init_steps=50,
+    )
     assert mc.input_size == 4
     torch.manual_seed(0)
     direct = PSRNN(mc)
@@ -66,12 +90,15 @@ def test_model_config_holds_the_model_settings_of_a_run():
     assert (no_aux.shared_units, no_aux.tasks) == (0, ())
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"input_kind": "audio"}, "input kind 'audio'"),
-    ({"tasks": ("rec", "denoise")}, "denoise"),
-    ({"tasks": ()}, "shared_units=6"),
-    ({"shared_units": 0}, "shared_units=0"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"input_kind": "audio"}, "input kind 'audio'"),
+        ({"tasks": ("rec", "denoise")}, "denoise"),
+        ({"tasks": ()}, "shared_units=6"),
+        ({"shared_units": 0}, "shared_units=0"),
+    ],
+)
 def test_model_config_refuses_a_model_it_cannot_build(change, match):
     mc = ModelConfig.from_run(cfg_(), "continuous", 2, 5)
     with pytest.raises(ValueError, match=match):
@@ -107,12 +134,15 @@ def test_gru_cell_steps_like_the_gru_layer_it_copies():
 # --- shapes and parameter counts ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,kw", [
-    ("continuous", {}),
-    ("continuous", {"head": "mlp", "head_hidden": 5, "decoder_layers": 2}),
-    ("categorical", {}),
-    ("categorical", {"embedding": 6, "decoder_input": "estimate"}),
-])
+@pytest.mark.parametrize(
+    "kind,kw",
+    [
+        ("continuous", {}),
+        ("continuous", {"head": "mlp", "head_hidden": 5, "decoder_layers": 2}),
+        ("categorical", {}),
+        ("categorical", {"embedding": 6, "decoder_input": "estimate"}),
+    ],
+)
 def test_forward_shapes(kind, kw):
     cfg = cfg_(**kw)
     if kind == "continuous":
@@ -169,13 +199,16 @@ def test_aux_parameters_formula():
     assert counts["params_aux"] == 2 * per_task == 2 * 194
 
 
-@pytest.mark.parametrize("kind,features,kw", [
-    ("continuous", 1, {}),
-    ("continuous", 3, {"shared": 1.0, "head": "mlp", "decoder_layers": 2}),
-    ("categorical", 60, {"shared": 0.6, "tasks": ("rec",)}),
-    ("categorical", 70, {"embedding": 16, "shared": 0.4, "head": "mlp", "head_hidden": 9}),
-    ("continuous", 1, {"shared": 0.0}),
-])
+@pytest.mark.parametrize(
+    "kind,features,kw",
+    [
+        ("continuous", 1, {}),
+        ("continuous", 3, {"shared": 1.0, "head": "mlp", "decoder_layers": 2}),
+        ("categorical", 60, {"shared": 0.6, "tasks": ("rec",)}),
+        ("categorical", 70, {"embedding": 16, "shared": 0.4, "head": "mlp", "head_hidden": 9}),
+        ("continuous", 1, {"shared": 0.0}),
+    ],
+)
 def test_param_counts_matches_built_model(kind, features, kw):
     cfg = cfg_(hidden=20, **kw)
     counts = param_counts(cfg, kind, features, 10)
@@ -360,7 +393,7 @@ def test_aux_gradient_never_reaches_private_units(decoder_input):
     anchors = sample_anchors(lengths, 3, 4, "stratified", gen(3))
     inp = model.inputs(x)
     H = model.encode(inp)  # (B, T, d)
-    g, = torch.autograd.grad(model.aux_loss(inp, H, lengths, anchors).sum(), H)
+    (g,) = torch.autograd.grad(model.aux_loss(inp, H, lengths, anchors).sum(), H)
     r = model.shared_units
     assert r == 3
     assert torch.count_nonzero(g[..., r:]) == 0  # private slice: exactly zero, everywhere
@@ -448,22 +481,25 @@ class MeanUpToAnchor(AuxDecoder):
 
 def test_a_decoder_can_read_all_shared_states_and_still_never_the_private_ones():
     torch.manual_seed(0)
-    model = build_model(cfg_(hidden=12, shared=0.25, tasks=("rec", "pred"), anchors=2),
-                        "continuous", 2, 5)
+    model = build_model(cfg_(hidden=12, shared=0.25, tasks=("rec", "pred"), anchors=2), "continuous", 2, 5)
     model.decoders["pred"] = MeanUpToAnchor(model.shared_units, 2)
     x, lengths = images(B=3, T=30, F=2)
     anchors = torch.tensor([[8, 20], [5, 14], [10, 25]])
     inp = model.inputs(x)
     H = model.encode(inp)  # (B, T, d)
     aux = model.aux_loss(inp, H, lengths, anchors)
-    g, = torch.autograd.grad(aux.sum(), H)
+    (g,) = torch.autograd.grad(aux.sum(), H)
     r = model.shared_units
     assert torch.count_nonzero(g[..., r:]) == 0  # the private units stay out
     reached = g[..., :r].norm(dim=-1) > 0  # (B, T): every step up to the last anchor, none after
     assert torch.equal(reached, torch.arange(30)[None, :] <= anchors.max(1).values[:, None])
     # the slow reference hands the same states to the same decoder
-    torch.testing.assert_close(NaivePSRNN.from_model(model)(x, lengths, anchors)[1],
-                               model(x, lengths, anchors)[1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        NaivePSRNN.from_model(model)(x, lengths, anchors)[1],
+        model(x, lengths, anchors)[1],
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 # --- initialisation (models.init_recurrent) ----------------------------------------------
@@ -513,9 +549,11 @@ def test_torch_init_is_pytorchs_default_and_init_is_part_of_the_random_stream():
 def test_unknown_init_is_named():
     with pytest.raises(ConfigError, match="init='xavier'"):
         from psrnn.config import check_run
+
         check_run(cfg_(init="xavier"))
 
 
 def test_parameter_counts_do_not_depend_on_the_init():
-    assert param_counts(cfg_(init="chrono"), "continuous", 1, 10) == \
-        param_counts(cfg_(init="torch"), "continuous", 1, 10)
+    assert param_counts(cfg_(init="chrono"), "continuous", 1, 10) == param_counts(
+        cfg_(init="torch"), "continuous", 1, 10
+    )

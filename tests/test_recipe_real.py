@@ -18,8 +18,10 @@ from psrnn.cli import UserError
 from psrnn.data.digits import split_digits
 
 DIGITS = C.ROOT.parent / "shared" / "data" / "mnist-test"
-needs_digits = pytest.mark.skipif(not (DIGITS / "t10k-images-idx3-ubyte.gz").is_file(),
-                                  reason=f"real digits not found at {DIGITS} (a user's clone has no ../shared)")
+needs_digits = pytest.mark.skipif(
+    not (DIGITS / "t10k-images-idx3-ubyte.gz").is_file(),
+    reason=f"real digits not found at {DIGITS} (a user's clone has no ../shared)",
+)
 
 
 @needs_digits
@@ -32,8 +34,9 @@ def test_split_digits_writes_the_four_upstream_files_in_order(tmp_path):
     assert list(labels[8:13]) == [7, 2, 1, 0, 4]  # the first digits of the MNIST test set
     again = tmp_path / "again"
     split_digits(DIGITS, again, 8000)
-    assert (again / "train-images-idx3-ubyte.gz").read_bytes() == \
-        (tmp_path / "train-images-idx3-ubyte.gz").read_bytes()
+    assert (again / "train-images-idx3-ubyte.gz").read_bytes() == (
+        tmp_path / "train-images-idx3-ubyte.gz"
+    ).read_bytes()
     with pytest.raises(UserError, match="--train 10000"):
         split_digits(DIGITS, tmp_path / "bad", 10000)
 
@@ -50,8 +53,9 @@ def test_paper_recipe_learns_real_digits_where_the_shipped_one_stays_at_chance(t
     # Measured (results/recipe/recipe.md): paper 61.3 % at epoch 5, shipped 12.3 % at every epoch.
     study = R.load_study()
     study["epochs"] = 5
-    configs, hist = R.run_study(study, DIGITS, tmp_path / "out", tmp_path / "data",
-                                only=["paper", "shipped"], jobs=2)
+    configs, hist = R.run_study(
+        study, DIGITS, tmp_path / "out", tmp_path / "data", only=["paper", "shipped"], jobs=2
+    )
     paper = [r["valid_acc"] for r in hist["paper"]]
     shipped = [r["valid_acc"] for r in hist["shipped"]]
     assert len(paper) == len(shipped) == 5
@@ -66,9 +70,18 @@ def test_recipes_resolve_on_top_of_paper_yaml_and_unknown_ones_are_named(tmp_pat
     study = R.load_study()
     cfgs = R.recipe_configs(study, tmp_path)
     assert cfgs["shipped"].init == "torch" and cfgs["shipped"].lr == 0.03
-    assert cfgs["paper"] == C.resolve_run(study["suite_config"], "mnist_gru", 0, overrides={
-        "max_epochs": study["epochs"], "patience": 0, "data_dir": str(tmp_path),
-        "device": "cpu", "progress": "plain"})
+    assert cfgs["paper"] == C.resolve_run(
+        study["suite_config"],
+        "mnist_gru",
+        0,
+        overrides={
+            "max_epochs": study["epochs"],
+            "patience": 0,
+            "data_dir": str(tmp_path),
+            "device": "cpu",
+            "progress": "plain",
+        },
+    )
     assert R.run_dir(tmp_path, "paper", cfgs["paper"]) != R.run_dir(tmp_path, "paper", cfgs["shipped"])
     with pytest.raises(C.ConfigError, match="unknown recipe"):
         R.recipe_configs(study, tmp_path, only=["nope"])

@@ -50,19 +50,44 @@ def suite_config(name: str, paper_scale: bool, latex: str = "auto") -> dict:
         "paper_scale": paper_scale,
         "latex": latex,
         "seeds": [0, 1, 2],
-        "datasets": {"mnist": {"prepare": {"downsample": 14, "train": 500}},
-                     "cifar10": {"prepare": {"downsample": 8}}},
+        "datasets": {
+            "mnist": {"prepare": {"downsample": 14, "train": 500}},
+            "cifar10": {"prepare": {"downsample": 8}},
+        },
         "defaults": {"hidden": 16, "max_epochs": 3, "patience": 50, "tasks": ["rec"]},
         "experiments": {
             "mnist_gru": {"dataset": "mnist", "ref": "table2/mnist/gru", "shared": 0.0},
-            "mnist_full": {"dataset": "mnist", "ref": "table2/mnist/full-rec-a1", "shared": 1.0,
-                           "anchors": 1, "window": 50},
-            "mnist_ps": {"dataset": "mnist", "ref": "table2/mnist/ps30-predrec-a40", "shared": 0.5,
-                         "tasks": ["pred", "rec"], "anchors": 4, "window": 10},
-            "mnist_fig3": {"dataset": "mnist", "ref": "fig3/mnist-h16", "figure": "fig3",
-                           "shared": 0.5, "anchors": 1, "window": 10, "capture_epochs": [0, 1]},
-            "cifar_s50": {"dataset": "cifar10", "ref": "table4/shared-50", "shared": 0.5,
-                          "anchors": 2, "window": 10},
+            "mnist_full": {
+                "dataset": "mnist",
+                "ref": "table2/mnist/full-rec-a1",
+                "shared": 1.0,
+                "anchors": 1,
+                "window": 50,
+            },
+            "mnist_ps": {
+                "dataset": "mnist",
+                "ref": "table2/mnist/ps30-predrec-a40",
+                "shared": 0.5,
+                "tasks": ["pred", "rec"],
+                "anchors": 4,
+                "window": 10,
+            },
+            "mnist_fig3": {
+                "dataset": "mnist",
+                "ref": "fig3/mnist-h16",
+                "figure": "fig3",
+                "shared": 0.5,
+                "anchors": 1,
+                "window": 10,
+                "capture_epochs": [0, 1],
+            },
+            "cifar_s50": {
+                "dataset": "cifar10",
+                "ref": "table4/shared-50",
+                "shared": 0.5,
+                "anchors": 2,
+                "window": 10,
+            },
         },
     }
 
@@ -76,36 +101,67 @@ def write_run(root: Path, cfg: dict, exp: str, seed: int, test_acc: float, valid
     rng = np.random.default_rng(seed)
     t, hidden, r = 196, run_cfg["hidden"], int(round(run_cfg["shared"] * run_cfg["hidden"]))
     epochs = [1, 2, 3]
-    lines = ["epoch,lr,train_main_loss,train_aux_loss,train_acc,valid_main_loss,valid_aux_loss,valid_acc,epoch_time_s"]
+    lines = [
+        "epoch,lr,train_main_loss,train_aux_loss,train_acc,valid_main_loss,valid_aux_loss,valid_acc,epoch_time_s"
+    ]
     for e in epochs:
         aux = 0.5 / e if has_aux else 0.0
-        lines.append(f"{e},0.05,{2.0 / e:.4f},{aux:.4f},{0.5 + 0.1 * e:.4f},{2.1 / e:.4f},{aux:.4f},"
-                     f"{valid_acc - 0.01 * (3 - e):.4f},1.5")
+        lines.append(
+            f"{e},0.05,{2.0 / e:.4f},{aux:.4f},{0.5 + 0.1 * e:.4f},{2.1 / e:.4f},{aux:.4f},"
+            f"{valid_acc - 0.01 * (3 - e):.4f},1.5"
+        )
     (d / "history.csv").write_text("\n".join(lines) + "\n")
-    np.savez(d / "grad_norms.npz",
-             ce_shared=np.abs(rng.normal(size=t)).astype(np.float32) * (r > 0),
-             ce_private=np.abs(rng.normal(size=t)).astype(np.float32) * (r < hidden),
-             aux_shared=np.abs(rng.normal(size=t)).astype(np.float32) * has_aux,
-             aux_private=np.zeros(t, np.float32),
-             shared_units=np.int64(r), hidden=np.int64(hidden))
+    np.savez(
+        d / "grad_norms.npz",
+        ce_shared=np.abs(rng.normal(size=t)).astype(np.float32) * (r > 0),
+        ce_private=np.abs(rng.normal(size=t)).astype(np.float32) * (r < hidden),
+        aux_shared=np.abs(rng.normal(size=t)).astype(np.float32) * has_aux,
+        aux_private=np.zeros(t, np.float32),
+        shared_units=np.int64(r),
+        hidden=np.int64(hidden),
+    )
     if run_cfg["capture_epochs"]:
         caps = run_cfg["capture_epochs"]
-        np.savez(d / "hidden_states.npz", epochs=np.array(caps, np.int64),
-                 states=np.tanh(rng.normal(size=(len(caps), 1, t, hidden))).astype(np.float32),
-                 x=rng.uniform(size=(1, t, 1)).astype(np.float32), y=np.array([7], np.int64),
-                 shared_units=np.int64(r))
+        np.savez(
+            d / "hidden_states.npz",
+            epochs=np.array(caps, np.int64),
+            states=np.tanh(rng.normal(size=(len(caps), 1, t, hidden))).astype(np.float32),
+            x=rng.uniform(size=(1, t, 1)).astype(np.float32),
+            y=np.array([7], np.int64),
+            shared_units=np.int64(r),
+        )
     metrics = {
-        "experiment": exp, "config_name": cfg["name"], "seed": seed, "point": None,
-        "dataset": run_cfg["dataset"], "test_acc": test_acc, "best_valid_acc": valid_acc,
-        "best_epoch": 3, "epochs_run": 3, "stopped": "max_epochs",
-        "test_main_loss": 1.0 - test_acc, "test_aux_loss": 0.25 if has_aux else 0.0,
-        "valid_main_loss": 0.3, "valid_aux_loss": 0.2 if has_aux else 0.0,
-        "train_main_loss": 0.2, "train_aux_loss": 0.1 if has_aux else 0.0,
-        "params": 1000 * hidden + (500 if has_aux else 0), "params_main": 1000 * hidden,
-        "params_head": 170, "params_aux": 500 if has_aux else 0, "shared_units": r,
-        "wall_time_s": 1800.0, "samples_per_s": 100.0, "device": "cpu", "device_name": "Test CPU",
-        "torch_version": "2.14.1", "cuda_version": None, "platform": "Linux-test",
-        "git_commit": "abc1234", "psrnn_version": "0.1.0", "config": run_cfg,
+        "experiment": exp,
+        "config_name": cfg["name"],
+        "seed": seed,
+        "point": None,
+        "dataset": run_cfg["dataset"],
+        "test_acc": test_acc,
+        "best_valid_acc": valid_acc,
+        "best_epoch": 3,
+        "epochs_run": 3,
+        "stopped": "max_epochs",
+        "test_main_loss": 1.0 - test_acc,
+        "test_aux_loss": 0.25 if has_aux else 0.0,
+        "valid_main_loss": 0.3,
+        "valid_aux_loss": 0.2 if has_aux else 0.0,
+        "train_main_loss": 0.2,
+        "train_aux_loss": 0.1 if has_aux else 0.0,
+        "params": 1000 * hidden + (500 if has_aux else 0),
+        "params_main": 1000 * hidden,
+        "params_head": 170,
+        "params_aux": 500 if has_aux else 0,
+        "shared_units": r,
+        "wall_time_s": 1800.0,
+        "samples_per_s": 100.0,
+        "device": "cpu",
+        "device_name": "Test CPU",
+        "torch_version": "2.14.1",
+        "cuda_version": None,
+        "platform": "Linux-test",
+        "git_commit": "abc1234",
+        "psrnn_version": "0.1.0",
+        "config": run_cfg,
     }
     (d / "metrics.json").write_text(json.dumps(metrics))
 
@@ -115,14 +171,29 @@ def write_manifest(root: Path, name: str) -> None:
     d = root / "data" / name / "prepared" / "mnist"
     d.mkdir(parents=True)
     stats = {"mean": 196.0, "min": 196, "max": 196}
-    (d / "manifest.json").write_text(json.dumps({
-        "dataset": "mnist", "input": "continuous", "features": 1, "scale": 255, "num_classes": 10,
-        "counts": {"train": 500, "valid": 10000, "test": 10000},
-        "length": {"train": stats, "valid": stats, "test": stats}}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "dataset": "mnist",
+                "input": "continuous",
+                "features": 1,
+                "scale": 255,
+                "num_classes": 10,
+                "counts": {"train": 500, "valid": 10000, "test": 10000},
+                "length": {"train": stats, "valid": stats, "test": stats},
+            }
+        )
+    )
 
 
-def make_suite(root: Path, name: str = "t", paper_scale: bool = False, latex: str = "auto",
-               keep: tuple[str, ...] | None = None, acc: dict | None = None) -> Path:
+def make_suite(
+    root: Path,
+    name: str = "t",
+    paper_scale: bool = False,
+    latex: str = "auto",
+    keep: tuple[str, ...] | None = None,
+    acc: dict | None = None,
+) -> Path:
     """Config file, manifests and runs under `root`; returns the config path.
 
     keep: only these experiments (default all); acc: the runs' test accuracies (default ACC).
@@ -243,8 +314,10 @@ def test_verdict_logic():
     # 2 seeds 4 points apart: the CI spans ~36 points and holds any nearby number
     wide = bounded(summarize([90.0, 94.0]), 0.0, 100.0, wide=WIDE_PP)
     assert verdict(92.5, wide, paper_scale=True) == "inconclusive (paper value within a CI wider than 10 pp)"
-    assert verdict(99.9, bounded(summarize([50.0, 51.0]), 0, 100, wide=WIDE_PP), True) == \
-        "not reproduced (ours lower)"
+    assert (
+        verdict(99.9, bounded(summarize([50.0, 51.0]), 0, 100, wide=WIDE_PP), True)
+        == "not reproduced (ours lower)"
+    )
     # a small config never claims a reproduction, even when the number falls inside the CI
     assert verdict(98.9, s, paper_scale=False) == "not assessed (small config)"
 
@@ -293,14 +366,19 @@ def test_two_seed_interval_is_clipped_and_flagged_in_table2_and_the_report(tmp_p
     csv_lines = tables.to_csv(t, s).splitlines()
     header = csv_lines[0].split(",")
     cells = next(x for x in csv_lines if ",mnist_full," in x).split(",")
-    assert [cells[header.index(k)] for k in ("acc_ci_high", "acc_ci_clipped", "acc_ci_uninformative")] == \
-        ["100", "true", "true"]
+    assert [cells[header.index(k)] for k in ("acc_ci_high", "acc_ci_clipped", "acc_ci_uninformative")] == [
+        "100",
+        "true",
+        "true",
+    ]
     assert "cut to [0, 100] (acc_ci_clipped)" in tables.to_markdown(t, s)
 
     text = report.report_markdown(s, [])
     line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/full-rec-a1 accuracy"))
     assert "| 94.00 ± 1.41 | [81.29, 100.00]†‡ | 2 |" in line
-    assert "| [87.03, 96.97] | 3 |" in next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru acc"))
+    assert "| [87.03, 96.97] | 3 |" in next(
+        x for x in text.splitlines() if x.startswith("| table2/mnist/gru acc")
+    )
     table2_part = text.split("### Table 2")[1].split("### Table 4")[0]
     assert "with t = 12.71 for n = 2, 4.30 for n = 3: few seeds give wide intervals" in table2_part
     assert "† wider than 10 pp" in table2_part and "‡ clipped: the interval ran past" in table2_part
@@ -311,7 +389,13 @@ def test_table1_table3_table4(tmp_path):
     s = load(tmp_path, make_suite(tmp_path))
     t1 = tables.table1(s)
     mn = row(t1, dataset="mnist")
-    assert (mn["mean_length"], mn["train"], mn["valid"], mn["test"], mn["classes"]) == (196, 500, 10000, 10000, 10)
+    assert (mn["mean_length"], mn["train"], mn["valid"], mn["test"], mn["classes"]) == (
+        196,
+        500,
+        10000,
+        10000,
+        10,
+    )
     cf = row(t1, dataset="cifar10")
     assert cf["status"] == "not prepared" and math.isnan(cf["train"])
     assert row(t1, dataset="imdb")["status"] == "not in this config"
@@ -338,10 +422,18 @@ def test_best_experiment_is_chosen_on_validation_not_test(tmp_path):
 
 
 def test_manifest_stats_reads_prepare_keys():
-    m = {"num_classes": 2, "counts": {"train": 20000, "valid": 2200, "test": 19000},
-         "length": {"train": {"mean": 1430.5, "min": 500, "max": 9000}}}
-    assert manifest_stats(m) == {"classes": 2, "train": 20000, "valid": 2200, "test": 19000,
-                                 "mean_length": 1430.5}
+    m = {
+        "num_classes": 2,
+        "counts": {"train": 20000, "valid": 2200, "test": 19000},
+        "length": {"train": {"mean": 1430.5, "min": 500, "max": 9000}},
+    }
+    assert manifest_stats(m) == {
+        "classes": 2,
+        "train": 20000,
+        "valid": 2200,
+        "test": 19000,
+        "mean_length": 1430.5,
+    }
 
 
 def test_unknown_ref_is_a_config_error(tmp_path):
@@ -393,10 +485,12 @@ def test_fig3_puts_shared_units_left_and_private_right(tmp_path):
     assert "shared units 1-8" in titles and "private units 9-16" in titles
     shared_ax, private_ax = fig.axes[1], fig.axes[2]  # row "start": input, shared, private
     h = z["states"][0, 0]  # epoch 0, sample 0: (T, d)
-    np.testing.assert_allclose(shared_ax.images[0].get_array().filled(np.nan),
-                               mosaic([square(h[:, u]) for u in range(8)], 4))
-    np.testing.assert_allclose(private_ax.images[0].get_array().filled(np.nan),
-                               mosaic([square(h[:, u]) for u in range(8, 16)], 4))
+    np.testing.assert_allclose(
+        shared_ax.images[0].get_array().filled(np.nan), mosaic([square(h[:, u]) for u in range(8)], 4)
+    )
+    np.testing.assert_allclose(
+        private_ax.images[0].get_array().filled(np.nan), mosaic([square(h[:, u]) for u in range(8, 16)], 4)
+    )
     assert fig.axes[3].get_ylabel() == "after 1 epoch"
 
 
@@ -412,7 +506,11 @@ def test_fig2_has_an_accuracy_and_a_loss_panel_sharing_the_shared_proportion(tmp
     assert acc.get_shared_x_axes().joined(acc, loss)
     assert [x.get_text() for x in acc.get_legend().get_texts()] == ["paper", "ours ± std"]
     assert [x.get_text() for x in loss.get_legend().get_texts()] == [
-        "main loss (paper)", "aux loss (paper)", "main loss (ours) ± std", "aux loss (ours) ± std"]
+        "main loss (paper)",
+        "aux loss (paper)",
+        "main loss (ours) ± std",
+        "aux loss (ours) ± std",
+    ]
     ours_acc = acc.containers[0].lines[0]  # errorbar: (40 + 45) / 2 at 50 % shared
     assert list(ours_acc.get_xdata()) == [50.0] and list(ours_acc.get_ydata()) == [pytest.approx(42.5)]
     ours_main, ours_aux = (c.lines[0] for c in loss.containers)  # main loss = 1 - acc, aux 0.25
@@ -453,7 +551,9 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
         return next(x for x in lines if x.startswith(prefix))
 
     assert "not reproduced (ours lower)" in line("| table2/mnist/gru accuracy % (mnist_gru)")
-    assert line("| table2/mnist/ps30-predrec-a40 accuracy").endswith("| reproduced (paper value within our 95% CI) |")
+    assert line("| table2/mnist/ps30-predrec-a40 accuracy").endswith(
+        "| reproduced (paper value within our 95% CI) |"
+    )
     assert "| 1 seed (no CI) |" not in line("| table2/mnist/full-rec-a1")  # n = 2 has a CI
     assert line("| table2/fmnist/gru accuracy").endswith("| missing |")
     assert line("| table4/shared-50 accuracy").endswith("| missing |")
@@ -472,10 +572,13 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     # deviations from the config and the reference file, one table row each
     assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST |" in lines
     assert "| train samples used | whole split | the first 500 | MNIST |" in lines
-    assert ("| dataset | reported | not run (not in the config); its rows are missing | "
-            "F-MNIST, IMDB, DBpedia |") in lines
-    assert ("| fig3/mnist-h16 settings | pictures after epochs [0, 5, 25] | pictures after epochs [0, 1] "
-            "| mnist_fig3 |") in lines
+    assert (
+        "| dataset | reported | not run (not in the config); its rows are missing | F-MNIST, IMDB, DBpedia |"
+    ) in lines
+    assert (
+        "| fig3/mnist-h16 settings | pictures after epochs [0, 5, 25] | pictures after epochs [0, 1] "
+        "| mnist_fig3 |"
+    ) in lines
     assert "| the epoch budget (max_epochs) in 9 of 9 finished runs | all except cifar_s50 |" in text
     assert SMALL_LABEL not in text
     assert "- `mnist_full`: 2 of 3 runs finished" in text and "- `cifar_s50`: 0 of 3 runs finished" in text
@@ -495,8 +598,10 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST, F-MNIST |" in table
     assert "| image size | 32×32 (1,024 steps) | 8×8 (64 steps) | CIFAR-10 |" in table
     assert "| train samples used | whole split | the first 500 | MNIST, F-MNIST |" in table
-    assert ("| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
-            "forcing) | all except mnist_gru, fmnist_gru |") in table
+    assert (
+        "| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
+        "forcing) | all except mnist_gru, fmnist_gru |"
+    ) in table
     rows = [tuple(c.strip() for c in x.strip("|").split(" | ")[:3]) for x in table[1:]]
     assert len(rows) == len(set(rows)) == 10  # (setting, paper, ours): each deviation once
     # no per-dataset bullets any more; the reference file's notes follow the table, once each
@@ -507,14 +612,21 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
 
 def test_report_embeds_the_figures_that_were_compiled(tmp_path):
     s = load(tmp_path, make_suite(tmp_path))
-    outputs = ["tables/table2.md", "figures/fig2_shared_proportion.pdf", "figures/fig2_shared_proportion.png",
-               "figures/curves_mnist_gru.svg", "figures/curves_mnist_gru.png", "REPORT.md"]
+    outputs = [
+        "tables/table2.md",
+        "figures/fig2_shared_proportion.pdf",
+        "figures/fig2_shared_proportion.png",
+        "figures/curves_mnist_gru.svg",
+        "figures/curves_mnist_gru.png",
+        "REPORT.md",
+    ]
     text = report.report_markdown(s, outputs)
     images = [x for x in text.splitlines() if x.startswith("![")]
     assert images == [
         "![Figure 2: accuracy and losses against the shared proportion (CIFAR-10)]"
         "(figures/fig2_shared_proportion.png)",
-        "![Training curves: mnist_gru](figures/curves_mnist_gru.png)"]
+        "![Training curves: mnist_gru](figures/curves_mnist_gru.png)",
+    ]
     assert text.index("## Figures") < text.index("## Missing")
     assert "## Figures" not in report.report_markdown(s, ["REPORT.md"])  # nothing compiled, no links
 
@@ -535,10 +647,14 @@ def test_report_lists_diverged_runs_and_only_those(tmp_path):
     lines = report.report_markdown(load(tmp_path, path), []).splitlines()
     start = lines.index("## Diverged runs")
     assert start < lines.index("## Deviations from the paper's protocol")
-    rows = [x for x in lines[start:lines.index("## Deviations from the paper's protocol")] if x.startswith("| ")]
-    assert rows == ["| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
-                    "| mnist_gru | 1 | 3 | 4600 | 2.3 | 2000 |",
-                    "| mnist_full | 0 | 12 | inf | 2 | inf |"]
+    rows = [
+        x for x in lines[start : lines.index("## Deviations from the paper's protocol")] if x.startswith("| ")
+    ]
+    assert rows == [
+        "| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
+        "| mnist_gru | 1 | 3 | 4600 | 2.3 | 2000 |",
+        "| mnist_full | 0 | 12 | inf | 2 | inf |",
+    ]
 
 
 def test_small_config_is_never_a_reproduction(tmp_path):
@@ -561,8 +677,13 @@ def test_summary_metrics_for_dvc(tmp_path):
     s = load(tmp_path, make_suite(tmp_path))
     m = report.summary_metrics(s)
     assert m["runs_finished"] == 9 and m["runs_expected"] == 15
-    assert m["experiments"]["mnist_gru"] == {"ref": "table2/mnist/gru", "n": 3, "test_acc_mean": 0.92,
-                                             "test_acc_std": 0.02, "best_valid_acc_mean": 0.91}
+    assert m["experiments"]["mnist_gru"] == {
+        "ref": "table2/mnist/gru",
+        "n": 3,
+        "test_acc_mean": 0.92,
+        "test_acc_std": 0.02,
+        "best_valid_acc_mean": 0.91,
+    }
     assert m["experiments"]["cifar_s50"]["n"] == 0 and m["experiments"]["cifar_s50"]["test_acc_mean"] is None
 
 
@@ -570,14 +691,23 @@ def test_summary_metrics_for_dvc(tmp_path):
 
 
 def _digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _compile(cwd: Path, config: Path, hashseed: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONHASHSEED": hashseed}
-    return subprocess.Popen([sys.executable, "-m", "psrnn", "compile", "--config", str(config)],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "psrnn", "compile", "--config", str(config)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
@@ -587,14 +717,19 @@ def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
     runs = {**ACC, "cifar_s50": {0: 0.40, 1: 0.45}}
     config = make_suite(tmp_path / "a", keep=("mnist_ps", "mnist_fig3", "cifar_s50"), acc=runs)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    procs = [_compile(tmp_path / "a", Path(config.name), "1"), _compile(tmp_path / "b", Path(config.name), "2")]
+    procs = [
+        _compile(tmp_path / "a", Path(config.name), "1"),
+        _compile(tmp_path / "b", Path(config.name), "2"),
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr
         assert "from 6 of 9 runs" in stdout and SMALL_LABEL in stdout
     out_a, out_b = tmp_path / "a" / "results" / "t", tmp_path / "b" / "results" / "t"
     expected = set(output_paths(C.load_suite(config)))  # relative to the working folder
-    written = {p.relative_to(tmp_path / "a") for p in out_a.rglob("*") if p.is_file() and "runs" not in p.parts}
+    written = {
+        p.relative_to(tmp_path / "a") for p in out_a.rglob("*") if p.is_file() and "runs" not in p.parts
+    }
     assert written == expected
     digests_a = {k: v for k, v in _digests(out_a).items() if not k.startswith("runs")}
     digests_b = {k: v for k, v in _digests(out_b).items() if not k.startswith("runs")}
@@ -617,14 +752,16 @@ def test_paper_is_skipped_cleanly_without_latexmk(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no latexmk anywhere
     monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])  # speed: no figures
-    assert main(["compile", "--config", str(config), "--paper"]) == 0
+    assert main(["compile", "--config", str(config)]) == 0
+    assert main(["paper", "--config", str(config)]) == 0
     assert "paper: skipped: latexmk not found (apt-get install latexmk" in capsys.readouterr().out
     status = json.loads((tmp_path / "results" / "t" / "paper" / "build.json").read_text())
     assert status["build"] is False and not (tmp_path / "results" / "t" / "paper" / "paper.pdf").exists()
 
     required = make_suite(tmp_path / "req", name="r", latex="require")
     monkeypatch.chdir(tmp_path / "req")
-    assert main(["compile", "--config", str(required), "--paper"]) == 2
+    assert main(["compile", "--config", str(required)]) == 0
+    assert main(["paper", "--config", str(required)]) == 2
     assert "latexmk not found but the config says latex: require" in capsys.readouterr().err
 
 
@@ -638,8 +775,7 @@ def test_paper_build_needs_compiled_outputs(tmp_path):
 
 
 def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
-    path = make_suite(tmp_path, name="p", paper_scale=True, keep=("mnist_gru", "mnist_ps"),
-                      acc={})
+    path = make_suite(tmp_path, name="p", paper_scale=True, keep=("mnist_gru", "mnist_ps"), acc={})
     cfg = yaml.safe_load(path.read_text())
     cfg["seeds"] = [0]
     cfg["defaults"]["init"] = "chrono"
@@ -650,6 +786,8 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
     init = next(x for x in text.splitlines() if x.startswith("| main GRU initialisation |"))
     assert "| not given | chrono: orthogonal recurrent weights, update-gate biases log U(1, T-1);" in init
     assert init.endswith("| all experiments |")
-    assert "| seeds per experiment | 1 (single runs reported) | 1 (seed 0): every number is a single run" in text
+    assert (
+        "| seeds per experiment | 1 (single runs reported) | 1 (seed 0): every number is a single run" in text
+    )
     line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru accuracy"))
     assert line.endswith("| 1 seed (no CI) |")

@@ -28,13 +28,39 @@ from psrnn.models import param_counts
 
 TIMING_KEYS = ("wall_time_s", "samples_per_s")
 METRIC_KEYS = {
-    "experiment", "config_name", "seed", "point", "dataset", "test_acc", "best_valid_acc",
-    "best_epoch", "epochs_run", "stopped", "test_main_loss", "test_aux_loss", "valid_main_loss",
-    "valid_aux_loss", "train_main_loss", "train_aux_loss", "params", "params_main", "params_head",
-    "params_aux", "shared_units", "wall_time_s", "samples_per_s", "device", "device_name",
-    "diverged", "torch_version", "cuda_version", "platform", "git_commit", "psrnn_version", "config",
+    "experiment",
+    "config_name",
+    "seed",
+    "point",
+    "dataset",
+    "test_acc",
+    "best_valid_acc",
+    "best_epoch",
+    "epochs_run",
+    "stopped",
+    "test_main_loss",
+    "test_aux_loss",
+    "valid_main_loss",
+    "valid_aux_loss",
+    "train_main_loss",
+    "train_aux_loss",
+    "params",
+    "params_main",
+    "params_head",
+    "params_aux",
+    "shared_units",
+    "wall_time_s",
+    "samples_per_s",
+    "device",
+    "device_name",
+    "diverged",
+    "torch_version",
+    "cuda_version",
+    "platform",
+    "git_commit",
+    "psrnn_version",
+    "config",
 }
-
 
 
 # --- tiny prepared datasets --------------------------------------------------------------
@@ -74,15 +100,25 @@ def write_text(d: Path, sizes=(24, 8, 8), V=6, classes=2, seed=0) -> Path:
             s[0] = int(c) + 1  # the class symbol first
         offsets = torch.zeros(n + 1, dtype=torch.int64)
         offsets[1:] = lengths.cumsum(0)
-        torch.save({"x": torch.cat(seqs).to(torch.uint8), "offsets": offsets, "y": y},
-                   d / f"{split}.pt")
+        torch.save({"x": torch.cat(seqs).to(torch.uint8), "offsets": offsets, "y": y}, d / f"{split}.pt")
     write_manifest(d, input="categorical", features=V, num_classes=classes)
     return d
 
 
 def small_cfg(data: Path, **kw) -> RunConfig:
-    base = dict(dataset="mnist", data_dir=str(data), hidden=8, shared=0.5, tasks=("rec", "pred"),
-                anchors=2, window=3, batch_size=16, max_epochs=3, lr=0.1, progress="plain")
+    base = dict(
+        dataset="mnist",
+        data_dir=str(data),
+        hidden=8,
+        shared=0.5,
+        tasks=("rec", "pred"),
+        anchors=2,
+        window=3,
+        batch_size=16,
+        max_epochs=3,
+        lr=0.1,
+        progress="plain",
+    )
     return RunConfig(**{**base, **kw})
 
 
@@ -116,6 +152,7 @@ def kill_at(epoch: int, step: int):
     def hook(e, s, _model):
         if (e, s) == (epoch, step):
             raise Interrupt(f"killed at epoch {e} step {s}")
+
     return hook
 
 
@@ -125,12 +162,18 @@ def kill_at(epoch: int, step: int):
 def test_run_writes_every_output_of_the_contract(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, capture_epochs=(0, 2), capture_samples=2)
-    m = training.train(cfg, tmp_path / "run", {"experiment": "e", "config_name": "c", "point": None},
-                       log=quiet)
+    m = training.train(
+        cfg, tmp_path / "run", {"experiment": "e", "config_name": "c", "point": None}, log=quiet
+    )
     run = tmp_path / "run"
     assert {p.name for p in run.iterdir()} == {
-        "metrics.json", "history.csv", "ckpt_last.pt", "ckpt_best.pt", "grad_norms.npz",
-        "hidden_states.npz"}
+        "metrics.json",
+        "history.csv",
+        "ckpt_last.pt",
+        "ckpt_best.pt",
+        "grad_norms.npz",
+        "hidden_states.npz",
+    }
     assert json.loads((run / "metrics.json").read_text()) == m
     assert set(m) == METRIC_KEYS
     assert (m["experiment"], m["config_name"], m["point"], m["seed"]) == ("e", "c", None, 0)
@@ -170,8 +213,16 @@ def test_run_writes_every_output_of_the_contract(tmp_path):
 
 def test_text_run_with_embedding_and_mlp_head(tmp_path):
     data = write_text(tmp_path / "data")
-    cfg = small_cfg(data, dataset="dbpedia", embedding=4, head="mlp", window=4, anchors=2,
-                    max_epochs=2, capture_epochs=(1,))
+    cfg = small_cfg(
+        data,
+        dataset="dbpedia",
+        embedding=4,
+        head="mlp",
+        window=4,
+        anchors=2,
+        max_epochs=2,
+        capture_epochs=(1,),
+    )
     m = training.train(cfg, tmp_path / "run", log=quiet)
     assert m["epochs_run"] == 2 and m["params_main"] == 6 * 4 + 3 * (4 * 8 + 8 * 8 + 2 * 8)
     h = npz(tmp_path / "run" / "hidden_states.npz")
@@ -195,7 +246,9 @@ def test_batch_order_buckets_text_by_length_and_leaves_images_alone():
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
     lengths = torch.from_numpy(np.random.default_rng(0).lognormal(7.0, 0.6, 1000).astype(np.int64))
     plain = training.batch_order(lengths, 32, 0, gen())
-    assert [b.tolist() for b in plain] == [b.tolist() for b in torch.randperm(1000, generator=gen()).split(32)]
+    assert [b.tolist() for b in plain] == [
+        b.tolist() for b in torch.randperm(1000, generator=gen()).split(32)
+    ]
     bucketed = training.batch_order(lengths, 32, 8, gen())
     assert sorted(torch.cat(bucketed).tolist()) == list(range(1000))  # every sequence once
     assert sorted(len(b) for b in bucketed) == sorted(len(b) for b in plain) == [8] + [32] * 31
@@ -214,8 +267,7 @@ def test_batch_order_buckets_text_by_length_and_leaves_images_alone():
     assert [b.tolist() for b in training.batch_order(lengths, 32, 8, gen())] == [b.tolist() for b in bucketed]
     # images: one length, nothing to sort, the same batches as bucket 0
     same = torch.full((1000,), 784)
-    assert ([b.tolist() for b in training.batch_order(same, 32, 8, gen())]
-            == [b.tolist() for b in plain])
+    assert [b.tolist() for b in training.batch_order(same, 32, 8, gen())] == [b.tolist() for b in plain]
 
 
 def test_bucketed_text_run_is_deterministic_and_differs_from_random_batches(tmp_path):
@@ -224,7 +276,7 @@ def test_bucketed_text_run_is_deterministic_and_differs_from_random_batches(tmp_
     a = training.train(cfg, tmp_path / "a", log=quiet)
     b = training.train(cfg, tmp_path / "b", log=quiet)
     assert stable(a) == stable(b) and a["config"]["bucket"] == 2
-    c = training.train(dataclasses.replace(cfg, bucket=0), tmp_path / "c", log=quiet)
+    training.train(dataclasses.replace(cfg, bucket=0), tmp_path / "c", log=quiet)
     assert stable_history(tmp_path / "c") != stable_history(tmp_path / "a")
 
 
@@ -237,7 +289,7 @@ def test_evaluation_does_not_depend_on_the_order_of_the_split(tmp_path):
     split = load_split(data, "test")
     model = build_model(cfg, "categorical", 6, 2)
     perm = torch.randperm(len(split), generator=torch.Generator().manual_seed(1))
-    rows = [split.x[split.offsets[i]:split.offsets[i + 1]] for i in perm.tolist()]
+    rows = [split.x[split.offsets[i] : split.offsets[i + 1]] for i in perm.tolist()]
     offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
     offsets[1:] = torch.tensor([len(r) for r in rows]).cumsum(0)
     shuffled = SequenceSplit(x=torch.cat(rows), y=split.y[perm], offsets=offsets, categorical=True)
@@ -325,7 +377,9 @@ def test_checkpoint_with_another_config_is_an_error_naming_the_keys(tmp_path):
     with pytest.raises(Interrupt):
         training.train(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
     changed = dataclasses.replace(cfg, lr=0.2, hidden=9)
-    with pytest.raises(UserError, match=r"hidden \(checkpoint 8, requested 9\); lr \(checkpoint 0.1, requested 0.2\)"):
+    with pytest.raises(
+        UserError, match=r"hidden \(checkpoint 8, requested 9\); lr \(checkpoint 0.1, requested 0.2\)"
+    ):
         training.train(changed, tmp_path / "run", log=quiet)
     # the progress display is not part of what is computed
     m = training.train(dataclasses.replace(cfg, progress="auto"), tmp_path / "run", log=quiet)
@@ -343,13 +397,15 @@ def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(
     torch.save(ckpt, tmp_path / "run" / "ckpt_last.pt")
     assert training.config_differences(ckpt["config"], cfg.to_dict()) == []
     assert training.config_differences(ckpt["config"], {**cfg.to_dict(), "bucket": 4}) == [
-        "bucket (checkpoint 0, requested 4)"]
+        "bucket (checkpoint 0, requested 4)"
+    ]
     # what Snakemake does after the config changed: the job reruns and starts over
     changed = dataclasses.replace(cfg, lr=0.2)
     logs: list[str] = []
     m = training.train(changed, tmp_path / "run", log=logs.append, restart_on_change=True)
-    assert any(line.startswith("starting over: ") and "lr (checkpoint 0.1, requested 0.2)" in line
-               for line in logs)
+    assert any(
+        line.startswith("starting over: ") and "lr (checkpoint 0.1, requested 0.2)" in line for line in logs
+    )
     fresh = training.train(changed, tmp_path / "fresh", log=quiet)
     assert stable(m) == stable(fresh) and m["epochs_run"] == 3
     assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
@@ -364,7 +420,10 @@ def test_a_checkpoint_is_resumed_only_on_the_same_prepared_data(tmp_path):
     (tmp_path / "run" / "metrics.json").unlink()  # Snakemake removes a job's output first
     write_images(tmp_path / "data", T=16, seed=1)
     write_manifest(data, input="continuous", features=1, num_classes=3, scale=255, seed=1)
-    with pytest.raises(training.ConfigChanged, match=r"prepared data \(checkpoint's manifest.json md5 [0-9a-f]{32}, now [0-9a-f]{32}\)"):
+    with pytest.raises(
+        training.ConfigChanged,
+        match=r"prepared data \(checkpoint's manifest.json md5 [0-9a-f]{32}, now [0-9a-f]{32}\)",
+    ):
         training.train(cfg, tmp_path / "run", log=quiet)
     logs: list[str] = []
     m = training.train(cfg, tmp_path / "run", log=logs.append, restart_on_change=True)
@@ -422,7 +481,8 @@ def test_an_exploding_finite_loss_is_flagged_and_the_run_goes_on(tmp_path):
     assert (m["epochs_run"], m["stopped"]) == (3, "max_epochs")
     assert [line for line in logs if line.startswith("diverged:")] == [
         f"diverged: epoch 1 train loss {first_epoch:.4g} > 10 x first loss 1.0986 (ln 3, the "
-        f"loss at initialisation); lower lr; the run goes on"]
+        f"loss at initialisation); lower lr; the run goes on"
+    ]
     assert logs[-1].startswith("done: ") and logs[-1].endswith(", diverged at epoch 1)")
 
     # the flag lives in the history that ckpt_last.pt carries: a resumed run keeps it
@@ -433,10 +493,11 @@ def test_an_exploding_finite_loss_is_flagged_and_the_run_goes_on(tmp_path):
 
 def test_divergence_is_the_first_epoch_above_ten_times_the_initial_loss():
     first = math.log(3)
-    history = [{"epoch": e, "train_main_loss": loss}
-               for e, loss in enumerate([1.1, 10 * first, 11.0, 1e9, 0.5], start=1)]
-    assert training.divergence(history, first) == {"epoch": 3, "train_loss": 11.0,
-                                                    "first_loss": first}
+    history = [
+        {"epoch": e, "train_main_loss": loss}
+        for e, loss in enumerate([1.1, 10 * first, 11.0, 1e9, 0.5], start=1)
+    ]
+    assert training.divergence(history, first) == {"epoch": 3, "train_loss": 11.0, "first_loss": first}
     assert training.divergence(history[:2], first) is None  # exactly 10x is not above it
 
 
@@ -487,8 +548,10 @@ def test_adam_runs_at_a_constant_rate(tmp_path):
 # --- the log -----------------------------------------------------------------------------
 
 
-BEAT = re.compile(r"epoch (\d+)/(\d+) step (\d+)/(\d+) \| (\d+\.\d\d) steps/s \| "
-                  r"ETA (\d+:\d\d:\d\d)")
+BEAT = re.compile(
+    r"epoch (\d+)/(\d+) step (\d+)/(\d+) \| (\d+\.\d\d) steps/s \| "
+    r"ETA (\d+:\d\d:\d\d)"
+)
 
 
 def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
@@ -501,10 +564,12 @@ def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
     assert logs[0] == (
         f"run {run}: device cpu ({training.cpu_name()}) | params {n['params']} (main "
         f"{n['params_main']}, head {n['params_head']}, aux decoders {n['params_aux']}) | "
-        f"train 48 / valid 16 / test 16 sequences | fresh start")
+        f"train 48 / valid 16 / test 16 sequences | fresh start"
+    )
     beats = [b for b in map(BEAT.fullmatch, logs) if b]
     assert [(int(b[1]), int(b[2]), int(b[3]), int(b[4])) for b in beats] == [
-        (e, 2, k, 3) for e in (1, 2) for k in (1, 2, 3)]
+        (e, 2, k, 3) for e in (1, 2) for k in (1, 2, 3)
+    ]
     assert all(float(b[5]) > 0 for b in beats) and beats[2][6] == beats[5][6] == "0:00:00"
     kinds = ["beat" if BEAT.fullmatch(line) else line.split()[0] for line in logs]
     assert kinds == ["run", *["beat"] * 3, "epoch", *["beat"] * 3, "epoch", "done:"]
@@ -520,15 +585,15 @@ def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
 
 def test_no_heartbeat_under_the_progress_bar(tmp_path, capsys):
     data = write_images(tmp_path / "data", T=16)
-    training.train(small_cfg(data, max_epochs=1, progress="bar"), tmp_path / "run",
-                   log=quiet, heartbeat_s=0)
+    training.train(small_cfg(data, max_epochs=1, progress="bar"), tmp_path / "run", log=quiet, heartbeat_s=0)
     out = capsys.readouterr().out.splitlines()  # tqdm.write: the bar's own log
     assert [line.split()[0] for line in out] == ["epoch", "done:"]
 
 
 def test_heartbeat_line_counts_steps_and_estimates_the_rest_of_the_epoch():
     assert training.heartbeat_line(3, 70, 120, 480, 60.0) == (
-        "epoch 3/70 step 120/480 | 2.00 steps/s | ETA 0:03:00")
+        "epoch 3/70 step 120/480 | 2.00 steps/s | ETA 0:03:00"
+    )
     assert training.clock(3725.4) == "1:02:05"
 
 
@@ -542,8 +607,20 @@ def test_learns_a_long_range_task_well_above_chance(tmp_path):
     # accuracy after 4-8 epochs in 7 of 8 seeds (the plain GRU: 3-6 epochs in 8 of 8);
     # seed 5 does so after 4, leaving margin.
     data = write_images(tmp_path / "data", sizes=(512, 128, 128), T=100, classes=4, marker=5)
-    cfg = small_cfg(data, hidden=32, shared=0.25, tasks=("rec",), anchors=2, window=10,
-                    optimizer="adam", lr=0.1, batch_size=32, max_epochs=8, patience=0, seed=5)
+    cfg = small_cfg(
+        data,
+        hidden=32,
+        shared=0.25,
+        tasks=("rec",),
+        anchors=2,
+        window=10,
+        optimizer="adam",
+        lr=0.1,
+        batch_size=32,
+        max_epochs=8,
+        patience=0,
+        seed=5,
+    )
     m = training.train(cfg, tmp_path / "run", log=quiet)
     assert m["test_acc"] >= 0.8, read_history(tmp_path / "run")
     assert m["train_aux_loss"] > 0
@@ -554,12 +631,28 @@ def test_learns_a_long_range_task_well_above_chance(tmp_path):
 
 def suite_yaml(tmp_path: Path, data: Path) -> Path:
     suite = {
-        "name": "tiny", "seeds": [3, 4], "paper_scale": False,
+        "name": "tiny",
+        "seeds": [3, 4],
+        "paper_scale": False,
         "datasets": {"mnist": {"prepare": {"downsample": 4}}},  # 16 steps
-        "defaults": {"hidden": 6, "batch_size": 16, "max_epochs": 1, "lr": 0.1,
-                     "progress": "plain", "window": 3, "anchors": 2},
-        "experiments": {"tiny_ps": {"dataset": "mnist", "data_dir": str(data), "shared": 0.5,
-                                    "tasks": ["rec"], "grid": {"hidden": [4, 6]}}},
+        "defaults": {
+            "hidden": 6,
+            "batch_size": 16,
+            "max_epochs": 1,
+            "lr": 0.1,
+            "progress": "plain",
+            "window": 3,
+            "anchors": 2,
+        },
+        "experiments": {
+            "tiny_ps": {
+                "dataset": "mnist",
+                "data_dir": str(data),
+                "shared": 0.5,
+                "tasks": ["rec"],
+                "grid": {"hidden": [4, 6]},
+            }
+        },
     }
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
@@ -571,8 +664,24 @@ def test_cli_suite_config_default_paths_point_selected_and_set(tmp_path, monkeyp
     suite = str(suite_yaml(tmp_path, data))
     monkeypatch.chdir(tmp_path)
 
-    assert main(["train", "--config", suite, "--experiment", "tiny_ps", "--seed", "4",
-                 "--set", "lr=0.2", "--set", "tasks=[rec, pred]"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                suite,
+                "--experiment",
+                "tiny_ps",
+                "--seed",
+                "4",
+                "--set",
+                "lr=0.2",
+                "--set",
+                "tasks=[rec, pred]",
+            ]
+        )
+        == 0
+    )
     m = json.loads((tmp_path / "results/tiny/runs/tiny_ps/seed4/metrics.json").read_text())
     assert (m["experiment"], m["config_name"], m["seed"], m["point"]) == ("tiny_ps", "tiny", 4, None)
     assert m["config"]["lr"] == 0.2 and m["config"]["tasks"] == ["rec", "pred"]
@@ -583,12 +692,36 @@ def test_cli_suite_config_default_paths_point_selected_and_set(tmp_path, monkeyp
     assert (m["point"], m["seed"], m["config"]["hidden"]) == ("hidden-4", 3, 4)
 
     selected = tmp_path / "selected.json"
-    selected.write_text(json.dumps({"experiment": "tiny_ps", "point": "hidden-4",
-                                    "overrides": {"hidden": 4}, "best_valid_acc": 0.5,
-                                    "candidates": []}))
+    selected.write_text(
+        json.dumps(
+            {
+                "experiment": "tiny_ps",
+                "point": "hidden-4",
+                "overrides": {"hidden": 4},
+                "best_valid_acc": 0.5,
+                "candidates": [],
+            }
+        )
+    )
     out = tmp_path / "elsewhere"
-    assert main(["train", "--config", suite, "--experiment", "tiny_ps", "--seed", "3",
-                 "--selected", str(selected), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                suite,
+                "--experiment",
+                "tiny_ps",
+                "--seed",
+                "3",
+                "--selected",
+                str(selected),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     m = json.loads((out / "metrics.json").read_text())
     assert m["config"]["hidden"] == 4 and m["params_main"] == 3 * (1 * 4 + 4 * 4 + 2 * 4)
 
@@ -596,9 +729,20 @@ def test_cli_suite_config_default_paths_point_selected_and_set(tmp_path, monkeyp
 def test_cli_flat_run_config_and_user_errors(tmp_path, monkeypatch, capsys):
     data = write_images(tmp_path / "data", T=16)
     run_yaml = tmp_path / "run.yaml"
-    run_yaml.write_text(yaml.safe_dump({"dataset": "mnist", "data_dir": str(data), "hidden": 5,
-                                        "window": 3, "anchors": 1, "max_epochs": 1,
-                                        "batch_size": 16, "progress": "plain"}))
+    run_yaml.write_text(
+        yaml.safe_dump(
+            {
+                "dataset": "mnist",
+                "data_dir": str(data),
+                "hidden": 5,
+                "window": 3,
+                "anchors": 1,
+                "max_epochs": 1,
+                "batch_size": 16,
+                "progress": "plain",
+            }
+        )
+    )
     assert main(["train", "--config", str(run_yaml), "--out", str(tmp_path / "r"), "--seed", "2"]) == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert (m["experiment"], m["seed"], m["config"]["hidden"]) == ("run", 2, 5)
@@ -611,16 +755,19 @@ def test_cli_flat_run_config_and_user_errors(tmp_path, monkeypatch, capsys):
         return lines[0]
 
     assert "--out <dir> is required" in err(["train", "--config", str(run_yaml)])
-    assert "unknown run setting(s): nope" in err(["train", "--config", str(run_yaml), "--out",
-                                                   str(tmp_path / "x"), "--set", "nope=1"])
+    assert "unknown run setting(s): nope" in err(
+        ["train", "--config", str(run_yaml), "--out", str(tmp_path / "x"), "--set", "nope=1"]
+    )
     missing = tmp_path / "missing.yaml"
     missing.write_text(yaml.safe_dump({"dataset": "mnist", "data_dir": str(tmp_path / "none")}))
-    assert "prepared dataset not found" in err(["train", "--config", str(missing), "--out",
-                                                str(tmp_path / "y")])
+    assert "prepared dataset not found" in err(
+        ["train", "--config", str(missing), "--out", str(tmp_path / "y")]
+    )
     suite = str(suite_yaml(tmp_path, data))
     assert "--experiment is required" in err(["train", "--config", suite])
-    assert "unknown grid point 'hidden-9'" in err(["train", "--config", suite, "--experiment",
-                                                   "tiny_ps", "--point", "hidden-9"])
+    assert "unknown grid point 'hidden-9'" in err(
+        ["train", "--config", suite, "--experiment", "tiny_ps", "--point", "hidden-9"]
+    )
 
 
 def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
@@ -629,8 +776,9 @@ def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
     from psrnn import config as C
 
     def git(*args):
-        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "src").mkdir()
@@ -651,8 +799,16 @@ def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
 
 def test_adamwr_is_adamw_under_the_sgdr_warm_restarts(tmp_path):
     data = write_images(tmp_path / "data", T=16)
-    cfg = small_cfg(data, optimizer="adamwr", lr=0.01, weight_decay=0.1, restart_epochs=2,
-                    restart_mult=2, max_epochs=3, shared=0.0)
+    cfg = small_cfg(
+        data,
+        optimizer="adamwr",
+        lr=0.01,
+        weight_decay=0.1,
+        restart_epochs=2,
+        restart_mult=2,
+        max_epochs=3,
+        shared=0.0,
+    )
     training.train(cfg, tmp_path / "run", log=quiet)
     lrs = [float(r["lr"]) for r in read_history(tmp_path / "run")]
     assert lrs == pytest.approx([0.01, 0.005, 0.01], rel=1e-9)  # restart after 2 epochs

@@ -1,5 +1,5 @@
-"""The workflow: file lists and job parameters (psrnn.workflow), `select`, `check`, and the
-Snakefile as Snakemake sees it (lint, dry runs of the paper and small configs)."""
+"""The workflow: file lists and job parameters (psrnn.workflow), and the Snakefile as
+Snakemake sees it (lint, dry runs of the paper, small and SLURM configs)."""
 
 import json
 import os
@@ -11,35 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suites import TINY
 
 from psrnn import config as C
-from psrnn import regression, selection
 from psrnn import workflow as W
-from psrnn.cli import UserError, main
+from psrnn.cli import main
 
 ROOT = C.ROOT
 PAPER, SMALL = ROOT / "config" / "paper.yaml", ROOT / "config" / "small.yaml"
 PAPER_DBPEDIA = ROOT / "config" / "paper-dbpedia.yaml"
-
-# a tiny valid suite: one dataset, a 2-point grid, 2 seeds
-TINY = {
-    "name": "tiny",
-    "seeds": [0, 1],
-    "datasets": {"mnist": {"prepare": {"downsample": 7}}},
-    "defaults": {"hidden": 4, "max_epochs": 1},
-    "experiments": {
-        "base": {"dataset": "mnist", "shared": 0.0},
-        "ps": {"dataset": "mnist", "shared": 0.5, "tasks": ["rec"], "anchors": 1, "window": 5,
-               "grid": {"lr": [0.1, 0.01]}},
-    },
-}
-
-
-def write_tiny(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(TINY))
-    return path
-
 
 # --- psrnn.workflow: which config, which files --------------------------------------------
 
@@ -63,8 +43,10 @@ def test_small_config_file_lists():
     assert len(finals) == n_exp * 2 and len(set(finals)) == len(finals)
     assert "results/small/runs/mnist_gru/seed1/metrics.json" in finals
     grid = W.search_metrics(cfg, "mnist_ps30_predrec_a4")
-    assert grid == ["results/small/search/mnist_ps30_predrec_a4/lr-0.01/metrics.json",
-                    "results/small/search/mnist_ps30_predrec_a4/lr-0.03/metrics.json"]
+    assert grid == [
+        "results/small/search/mnist_ps30_predrec_a4/lr-0.01/metrics.json",
+        "results/small/search/mnist_ps30_predrec_a4/lr-0.03/metrics.json",
+    ]
     assert W.search_metrics(cfg, "mnist_gru") == []
     outs = W.all_jobs_outputs(cfg)
     assert len(outs) == len(set(outs))
@@ -84,12 +66,12 @@ def test_paper_config_needs_no_fixtures_and_skips_disabled_dbpedia():
 def test_train_inputs_add_the_selection_only_for_grids():
     cfg = C.load_suite(SMALL)
     splits = {s: f"data/small/prepared/imdb/{s}.pt" for s in ("train", "valid", "test")}
-    assert W.train_inputs(cfg, "imdb_gru") == {"data": "data/small/prepared/imdb/manifest.json",
-                                                **splits}
+    assert W.train_inputs(cfg, "imdb_gru") == {"data": "data/small/prepared/imdb/manifest.json", **splits}
     assert W.train_inputs(cfg, "mnist_ps30_predrec_a4") == {
         "data": "data/small/prepared/mnist/manifest.json",
         **{s: f.replace("imdb", "mnist") for s, f in splits.items()},
-        "selected": "results/small/search/mnist_ps30_predrec_a4/selected.json"}
+        "selected": "results/small/search/mnist_ps30_predrec_a4/selected.json",
+    }
 
 
 def test_an_input_is_current_while_its_stamp_matches_the_config(tmp_path):
@@ -147,140 +129,12 @@ def test_train_resources_come_from_the_config():
     assert W.train_resources({"name": "x"}) == W.TRAIN_RESOURCES
 
 
-# --- select ----------------------------------------------------------------------------------
-
-
-POINTS = [("lr-0.1", {"lr": 0.1}), ("lr-0.01", {"lr": 0.01}), ("lr-0.03", {"lr": 0.03})]
-
-
-def metrics(acc, loss=1.0, aux=0.0):
-    return {"best_valid_acc": acc, "valid_main_loss": loss, "valid_aux_loss": aux, "test_acc": 0.0}
-
-
-def test_select_picks_the_best_validation_accuracy():
-    rec = selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.75),
-                                         "lr-0.03": metrics(0.7)})
-    assert rec == {"experiment": "e", "point": "lr-0.01", "overrides": {"lr": 0.01},
-                   "best_valid_acc": 0.75,
-                   "candidates": [{"point": "lr-0.1", "valid_acc": 0.5},
-                                  {"point": "lr-0.01", "valid_acc": 0.75},
-                                  {"point": "lr-0.03", "valid_acc": 0.7}]}
-
-
-def test_select_breaks_ties_by_validation_loss_then_grid_order():
-    tie = {"lr-0.1": metrics(0.8, 0.9, 0.2), "lr-0.01": metrics(0.8, 0.9, 0.1), "lr-0.03": metrics(0.8, 0.9, 0.1)}
-    assert selection.select("e", POINTS, tie)["point"] == "lr-0.01"
-    same = {p: metrics(0.8) for p, _ in POINTS}
-    assert selection.select("e", POINTS, same)["point"] == "lr-0.1"
-
-
-def test_select_never_looks_at_the_test_set():
-    ms = {"lr-0.1": {**metrics(0.6), "test_acc": 0.99}, "lr-0.01": metrics(0.61), "lr-0.03": metrics(0.1)}
-    assert selection.select("e", POINTS, ms)["point"] == "lr-0.01"
-
-
-def test_select_names_missing_points():
-    with pytest.raises(UserError, match="lr-0.03"):
-        selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.5)})
-
-
-def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
-    suite = write_tiny(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    for pid, acc in (("lr-0.1", 0.4), ("lr-0.01", 0.6)):
-        path = tmp_path / "results" / "tiny" / "search" / "ps" / pid / "metrics.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(metrics(acc)))
-    assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 0
-    rec = json.loads((tmp_path / "results/tiny/search/ps/selected.json").read_text())
-    assert rec["point"] == "lr-0.01" and rec["overrides"] == {"lr": 0.01}
-    selected = tmp_path / "results/tiny/search/ps/selected.json"
-    assert W.is_current(selected, W.train_input_stamps(C.load_suite(suite), "ps")["selected"])
-    # the final run's settings are the selected point's
-    run = C.resolve_run(C.load_suite(suite), "ps", 1, selected=rec["overrides"])
-    assert run.lr == 0.01 and run.seed == 1
-    assert main(["select", "--config", str(suite), "--experiment", "base"]) == 2
-    assert "no `grid:`" in capsys.readouterr().err
-
-
-# --- check -------------------------------------------------------------------------------------
-
-
-def fake_metrics(i: int) -> dict:
-    return {"test_acc": 0.5 + i / 100, "best_valid_acc": 0.6, "best_epoch": 1, "epochs_run": 1,
-            "test_main_loss": 1.25, "test_aux_loss": 0.0, "valid_main_loss": 1.5,
-            "valid_aux_loss": 0.0, "train_main_loss": 2.0, "train_aux_loss": 0.0,
-            "params": 100, "params_main": 80, "params_head": 20, "params_aux": 0, "device": "cpu"}
-
-
-def test_run_ids_cover_search_and_final_runs():
-    cfg = C.validate_suite(yaml.safe_load(yaml.safe_dump(TINY)))
-    assert regression.run_ids(cfg) == ["search/ps/lr-0.1", "search/ps/lr-0.01", "runs/base/seed0",
-                                       "runs/base/seed1", "runs/ps/seed0", "runs/ps/seed1"]
-
-
-def test_compare_exact_and_with_tolerance():
-    exp = {"runs/a/seed0": fake_metrics(0)}
-    off = {**fake_metrics(0), "test_acc": 0.52, "test_main_loss": 1.25 * 1.01}
-    assert regression.compare(exp, {"runs/a/seed0": off}, exact=True) == [
-        "runs/a/seed0 test_acc: expected 0.5, got 0.52",
-        f"runs/a/seed0 test_main_loss: expected 1.25, got {1.25 * 1.01!r}"]
-    assert regression.compare(exp, {"runs/a/seed0": off}, exact=False) == []
-    far = {**off, "test_acc": 0.56, "test_main_loss": 1.4, "params_aux": 1}
-    assert regression.compare(exp, {"runs/a/seed0": far}, exact=False) == [
-        "runs/a/seed0 test_acc: expected 0.5, got 0.56",
-        "runs/a/seed0 test_main_loss: expected 1.25, got 1.4",
-        "runs/a/seed0 params_aux: expected 0, got 1"]  # counts: exact everywhere
-
-
-def test_compare_names_missing_new_and_unfinished_runs():
-    exp = {"runs/a/seed0": fake_metrics(0), "runs/gone/seed0": fake_metrics(1)}
-    got = {"runs/a/seed0": None, "runs/new/seed0": fake_metrics(2)}
-    assert regression.compare(exp, got, exact=True) == [
-        "runs/a/seed0: missing (no metrics.json: the run has not finished)",
-        "runs/gone/seed0: in the expected file but not in the config",
-        "runs/new/seed0: not in the expected file (new run? rerun with --update)"]
-
-
-def test_check_command_update_then_pass_then_fail(tmp_path, monkeypatch, capsys):
-    suite = write_tiny(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    cfg = C.load_suite(suite)
-    for i, rid in enumerate(regression.run_ids(cfg)):
-        path = tmp_path / "results" / "tiny" / rid / "metrics.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(fake_metrics(i)))
-    expected = tmp_path / "expected.json"
-    args = ["check", "--config", str(suite), "--expected", str(expected)]
-    assert main(args) == 2  # no expected file yet
-    assert "--update" in capsys.readouterr().err
-    assert main([*args, "--update"]) == 0
-    rec = json.loads(expected.read_text())
-    assert rec["platform"]["device"] == "cpu" and len(rec["runs"]) == 6
-    capsys.readouterr()
-    assert main(args) == 0
-    assert "exact (same platform)" in capsys.readouterr().out
-    # one changed number -> exit 1, one line naming run, key, expected and got
-    path = tmp_path / "results/tiny/runs/ps/seed1/metrics.json"
-    path.write_text(json.dumps({**fake_metrics(5), "best_epoch": 2}))
-    assert main(args) == 1
-    out = capsys.readouterr().out
-    assert "runs/ps/seed1 best_epoch: expected 1, got 2" in out
-    assert len([ln for ln in out.splitlines() if ln.startswith("runs/")]) == 1
-    # another platform: the tolerance applies (2 epochs is within it)
-    rec["platform"]["cpu_capability"] = "OTHER"
-    expected.write_text(json.dumps(rec))
-    assert main(args) == 0
-    assert "tolerance" in capsys.readouterr().out
-
-
 # --- Snakemake's view ----------------------------------------------------------------------------
 
 
 def snakemake(*args, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
     """Snakemake on the repository's Snakefile from a scratch working directory."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-           str(cwd), *args]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(cwd), *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -291,8 +145,9 @@ def job_counts(out: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
 
 
-def test_snakemake_lint_is_clean(tmp_path):
-    res = snakemake("--lint", cwd=tmp_path)
+@pytest.mark.parametrize("config", ["paper.yaml", "small.yaml"])
+def test_snakemake_lint_is_clean(tmp_path, config):
+    res = snakemake("--lint", "--configfile", str(ROOT / "config" / config), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Congratulations, your workflow is in a good condition!" in res.stdout + res.stderr
 
@@ -307,11 +162,15 @@ def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
     exps = C.enabled_experiments(cfg)
     grids = [e for e in exps if C.has_grid(cfg, e)]
     assert job_counts(res.stdout) == {
-        "download": 4, "prepare": 4,
+        "download": 4,
+        "prepare": 4,
         "search": sum(len(C.grid_points(cfg["experiments"][e])) for e in grids),  # 54
         "select": len(grids),  # 18
         "train": len(exps) * 3,  # 75
-        "compile": 1, "paper": 1, "all": 1}
+        "compile": 1,
+        "paper": 1,
+        "all": 1,
+    }
     assert cpu_s < 30, cpu_s  # ~5 s of CPU on a laptop
     # Snakemake picked up the workflow profile by itself
     assert f"Using workflow specific profile {ROOT}/profiles/default" in res.stderr
@@ -330,7 +189,7 @@ def test_configfile_small_selects_only_the_small_config(tmp_path):
     assert "results/paper" not in res.stdout and "data/paper" not in res.stdout
     assert "cifar10_gru_large" not in res.stdout  # a paper-only experiment
     # profiles/default's printshellcmds applies: the jobs read the suite file from the prefix
-    assert "--config \"$PSRNN_CONFIG\"" in res.stdout
+    assert '--config "$PSRNN_CONFIG"' in res.stdout
 
 
 def test_configfile_paper_dbpedia_adds_only_dbpedia(tmp_path):
@@ -341,11 +200,18 @@ def test_configfile_paper_dbpedia_adds_only_dbpedia(tmp_path):
 
 
 def test_configfile_quick_is_one_seed_of_table2s_mnist_fmnist_imdb_rows(tmp_path):
-    res = snakemake("-n", "--quiet", "rules", "--configfile", str(ROOT / "config" / "quick.yaml"),
-                    cwd=tmp_path)
+    res = snakemake(
+        "-n", "--quiet", "rules", "--configfile", str(ROOT / "config" / "quick.yaml"), cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr
-    assert job_counts(res.stdout) == {"download": 3, "prepare": 3, "train": 13, "compile": 1,
-                                      "paper": 1, "all": 1}  # no search, no select
+    assert job_counts(res.stdout) == {
+        "download": 3,
+        "prepare": 3,
+        "train": 13,
+        "compile": 1,
+        "paper": 1,
+        "all": 1,
+    }  # no search, no select
 
 
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
@@ -374,8 +240,12 @@ def test_shell_prefix_survives_quotes_and_braces_in_paths(tmp_path):
     suite = tmp_path / "it's {mine}.yaml"
     prefix = W.shell_prefix(suite, tmp_path / "my checkout", C.load_suite(SMALL))
     formatted = prefix.format()  # what Snakemake's str.format leaves of it
-    out = subprocess.run(["bash", "-c", formatted + 'echo "$PSRNN_CONFIG|$PYTHONPATH|$MKL_CBWR"'],
-                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    out = subprocess.run(
+        ["bash", "-c", formatted + 'echo "$PSRNN_CONFIG|$PYTHONPATH|$MKL_CBWR"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{suite.resolve()}|{tmp_path}/my checkout/src|COMPATIBLE"
 
@@ -394,9 +264,13 @@ def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
     items = {Path(f).name: W.report_item(f) for f in W.compile_outputs(cfg)}
     shown = {n: i for n, i in items.items() if i is not None}
     assert shown["REPORT.md"][0] == "Report"
-    assert shown["fig2_shared_proportion.png"] == ("Figures", {
-        "file": "fig2_shared_proportion.png",
-        "shows": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)"})
+    assert shown["fig2_shared_proportion.png"] == (
+        "Figures",
+        {
+            "file": "fig2_shared_proportion.png",
+            "shows": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)",
+        },
+    )
     assert {n for n, i in shown.items() if i[0] == "Tables"} == {f"table{k}.csv" for k in range(1, 5)}
     # one format of each: no PDF/SVG twins, no .md/.tex tables
     assert not any(n.endswith((".pdf", ".svg", ".tex")) for n in shown)
@@ -406,9 +280,11 @@ def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
 def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):
     with pytest.raises(C.ConfigError) as err:
         W.check_image("containers/psrnn.sif", tmp_path)
-    assert str(err.value) == ("--use-singularity: image containers/psrnn.sif not found; build it "
-                              "first: apptainer build containers/psrnn.sif containers/psrnn.def "
-                              "(needs Apptainer >= 1.2; containers/README.md)")
+    assert str(err.value) == (
+        "--use-singularity: image containers/psrnn.sif not found; build it "
+        "first: apptainer build containers/psrnn.sif containers/psrnn.def "
+        "(needs Apptainer >= 1.2; containers/README.md)"
+    )
     (tmp_path / "containers").mkdir()
     (tmp_path / "containers" / "psrnn.sif").write_bytes(b"sif")
     W.check_image("containers/psrnn.sif", tmp_path)
@@ -454,8 +330,7 @@ def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(t
     """The SLURM profile plans the paper config without edits (no partition placeholders),
     each training job asks for its dataset's runtime, and search/train are re-submitted
     (resuming their checkpoint) when killed at the walltime."""
-    res = snakemake("-n", "--workflow-profile", str(ROOT / "profiles" / "slurm"), cwd=tmp_path,
-                    timeout=300)
+    res = snakemake("-n", "--workflow-profile", str(ROOT / "profiles" / "slurm"), cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     cfg = C.load_suite(PAPER)
     seen = {}
@@ -471,24 +346,36 @@ def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(t
     assert seen == {"mnist": 120, "fmnist": 60, "cifar10": 240, "imdb": 60}  # DBpedia is off
     assert "slurm_partition" not in res.stdout + res.stderr
     compiled = snakemake("--print-compilation", cwd=tmp_path).stdout
-    retried = [rule.split("'")[1] for rule in compiled.split("@workflow.rule(name=")[1:]
-               if "@workflow.retries( W . TRAIN_RETRIES" in rule]
+    retried = [
+        rule.split("'")[1]
+        for rule in compiled.split("@workflow.rule(name=")[1:]
+        if "@workflow.retries( W . TRAIN_RETRIES" in rule
+    ]
     assert sorted(retried) == ["search", "train"] and W.TRAIN_RETRIES >= 2
 
 
 REFERENCE = re.compile(r"(?<![\w/.-])((?:config|src|tests|containers|profiles|paper|\.ci)/[\w./-]*[\w])")
 
 
-@pytest.mark.parametrize("doc", ["README.md", "Snakefile", "dvc.yaml", "containers/README.md",
-                                 "data/README.md", *sorted(str(p.relative_to(ROOT)) for p in
-                                                            (ROOT / "config").glob("*.yaml")),
-                                 *sorted(str(p.relative_to(ROOT)) for p in
-                                         (ROOT / "profiles").glob("*/config.yaml"))])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "README.md",
+        "Snakefile",
+        "dvc.yaml",
+        "containers/README.md",
+        "data/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml")),
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "profiles").glob("*/config.yaml")),
+    ],
+)
 def test_every_path_a_document_names_exists(doc):
     """Files and folders the README, the configs and the workflow files point a reader to."""
     text = (ROOT / doc).read_text()
     named = {m for m in REFERENCE.findall(text) if not m.endswith(".sif")}  # images are built
-    missing = sorted(m for m in named - {"config/mine.yaml"}  # the README's example of yours
-                     if not (ROOT / m).exists())
+    missing = sorted(
+        m
+        for m in named - {"config/mine.yaml"}  # the README's example of yours
+        if not (ROOT / m).exists()
+    )
     assert missing == [], missing
-

@@ -18,12 +18,22 @@ from psrnn import workflow as W
 ROOT = C.ROOT
 STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snakefile)
     "data": ["src/psrnn/data"],
-    "train": ["src/psrnn/models.py", "src/psrnn/training.py", "src/psrnn/gpus.py", "src/psrnn/machine.py",
-              "src/psrnn/selection.py"],
+    "train": [
+        "src/psrnn/models.py",
+        "src/psrnn/training.py",
+        "src/psrnn/gpus.py",
+        "src/psrnn/machine.py",
+        "src/psrnn/selection.py",
+    ],
     "compile": ["src/psrnn/results", "config/reference.yaml", "paper/main.tex"],
 }
-COMMON = ["Snakefile", "src/psrnn/workflow.py", "src/psrnn/config.py", "src/psrnn/datasets.py",
-          "config/schema.yaml"]
+COMMON = [
+    "Snakefile",
+    "src/psrnn/workflow.py",
+    "src/psrnn/config.py",
+    "src/psrnn/datasets.py",
+    "config/schema.yaml",
+]
 
 
 def stages(name: str) -> dict[str, dict]:
@@ -44,22 +54,37 @@ def under(path: str, roots: list[str]) -> bool:
 
 def dry_run_jobs(suite: Path, until: str | None, cwd: Path) -> list[tuple[list[str], list[str]]]:
     """[(inputs, outputs)] of every job `snakemake -n [--until X]` lists, from scratch."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-           str(cwd), "-n", "--configfile", str(suite)] + (["--until", until] if until else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(cwd),
+        "-n",
+        "--configfile",
+        str(suite),
+    ] + (["--until", until] if until else [])
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     jobs = []
     for block in re.split(r"^(?:local)?rule \w+:$", res.stdout, flags=re.M)[1:]:
         ins = re.search(r"^\s+input: (.*)$", block, re.M)
         outs = re.search(r"^\s+output: (.*)$", block, re.M)
-        jobs.append(([s.strip() for s in ins[1].split(",")] if ins else [],
-                     [s.strip() for s in outs[1].split(",")] if outs else []))
+        jobs.append(
+            (
+                [s.strip() for s in ins[1].split(",")] if ins else [],
+                [s.strip() for s in outs[1].split(",")] if outs else [],
+            )
+        )
     return jobs
 
 
 def test_dvc_resolves_the_stages():
-    res = subprocess.run([sys.executable, "-m", "dvc", "stage", "list"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "dvc", "stage", "list"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert [ln.split()[0] for ln in res.stdout.splitlines()] == ["data", "train", "compile"]
     assert "results/small/runs" in res.stdout
@@ -69,9 +94,11 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
     st = stages("small")
     untils = {}
     for name, stage in st.items():
-        m = re.fullmatch(r"(?:mkdir -p results/small/search && )?"
-                         r"snakemake --cores all --configfile params\.yaml(?: --until (\w+))?",
-                         stage["cmd"])
+        m = re.fullmatch(
+            r"(?:mkdir -p results/small/search && )?"
+            r"snakemake --cores all --configfile params\.yaml(?: --until (\w+))?",
+            stage["cmd"],
+        )
         assert m, stage["cmd"]
         untils[name] = m[1]
         deps = stage["deps"]
@@ -110,8 +137,9 @@ def test_every_stage_outs_are_its_snakemake_targets(tmp_path):
     producer: dict[str, str] = {}
     for name, stage in st.items():
         until = re.search(r"--until (\w+)", stage["cmd"])
-        jobs = [j for j in dry_run_jobs(suite, until[1] if until else None, tmp_path)
-                if not set(j[1]) <= seen]
+        jobs = [
+            j for j in dry_run_jobs(suite, until[1] if until else None, tmp_path) if not set(j[1]) <= seen
+        ]
         written = {f for _, outs in jobs for f in outs}
         outs = paths(stage["outs"]) + paths(stage.get("metrics", []))
         assert written and all(under(f, outs) for f in written), (name, sorted(written))
@@ -166,12 +194,26 @@ def dvc_repo(tmp_path_factory):
     import shutil
 
     repo = tmp_path_factory.mktemp("dvc") / "repo"
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     for f in tracked:
         top = f.split("/")[0]
-        if top in {"Snakefile", "dvc.yaml", ".dvcignore", ".dvc", ".gitignore", "config", "src",
-                   "paper", "profiles"} and (ROOT / f).is_file():
+        if (
+            top
+            in {
+                "Snakefile",
+                "dvc.yaml",
+                ".dvcignore",
+                ".dvc",
+                ".gitignore",
+                "config",
+                "src",
+                "paper",
+                "profiles",
+            }
+            and (ROOT / f).is_file()
+        ):
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
     cfg = yaml.safe_load((ROOT / "config" / "small.yaml").read_text())
@@ -180,9 +222,15 @@ def dvc_repo(tmp_path_factory):
     cfg["experiments"] = {e: cfg["experiments"][e] for e in DVC_EXPERIMENTS}
     (repo / "config" / "small.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     (repo / "params.yaml").write_text(W.dvc_params(repo / "config" / "small.yaml"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "DVC_NO_ANALYTICS": "1",
+    }
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
         subprocess.run(cmd, cwd=repo, env=env, check=True)
     return repo, env
@@ -198,8 +246,12 @@ def sh(repo_env, *cmd: str, ok: bool = True, timeout: int = 900) -> subprocess.C
 
 def outputs(repo: Path) -> dict[str, int]:
     """mtime of every file under data/ and the results' runs and search folders."""
-    files = [p for top in ("data/small", "results/small/runs", "results/small/search")
-             for p in (repo / top).rglob("*") if p.is_file()]
+    files = [
+        p
+        for top in ("data/small", "results/small/runs", "results/small/search")
+        for p in (repo / top).rglob("*")
+        if p.is_file()
+    ]
     return {str(p.relative_to(repo)): p.stat().st_mtime_ns for p in files}
 
 
@@ -233,8 +285,9 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
     res = sh(dvc_repo, sys.executable, "-m", "dvc", "exp", "run", "-S", "defaults.lr=0.01")
     assert "Running stage 'train'" in res.stdout and "Running stage 'data'" not in res.stdout
     after = outputs(repo)
-    assert {f: t for f, t in after.items() if f.startswith("data/")} == \
-        {f: t for f, t in before.items() if f.startswith("data/")}
+    assert {f: t for f, t in after.items() if f.startswith("data/")} == {
+        f: t for f, t in before.items() if f.startswith("data/")
+    }
     run = json.loads((repo / "results/small/runs/mnist_gru/seed0/metrics.json").read_text())
     assert run["config"]["lr"] == 0.01
     diff = sh(dvc_repo, sys.executable, "-m", "dvc", "params", "diff").stdout
@@ -247,8 +300,18 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
 @pytest.mark.slow
 def test_dvc_push_and_pull_round_trip_through_a_local_remote(dvc_repo, tmp_path):
     repo = dvc_repo[0]
-    sh(dvc_repo, sys.executable, "-m", "dvc", "remote", "add", "--local", "-d", "scratch",
-       str(tmp_path / "store"))
+    sh(
+        dvc_repo,
+        sys.executable,
+        "-m",
+        "dvc",
+        "remote",
+        "add",
+        "--local",
+        "-d",
+        "scratch",
+        str(tmp_path / "store"),
+    )
     sh(dvc_repo, sys.executable, "-m", "dvc", "push")
     metrics = repo / "results/small/runs/mnist_gru/seed0/metrics.json"
     want = metrics.read_bytes()

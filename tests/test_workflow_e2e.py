@@ -32,19 +32,39 @@ RESULTS = C.results_root(CFG)
 
 
 def snakemake_cmd(workdir: Path, *args: str, config: Path = SMALL) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-            str(workdir), "--configfile", str(config), "--cores", "2", *args]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+        "--cores",
+        "2",
+        *args,
+    ]
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1200, config: Path = SMALL,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_cmd(workdir, *args, config=config), cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def snakemake(
+    workdir: Path, *args: str, timeout: int = 1200, config: Path = SMALL, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        snakemake_cmd(workdir, *args, config=config),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def psrnn(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "psrnn", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "psrnn", *args], cwd=workdir, capture_output=True, text=True, timeout=120
+    )
 
 
 def job_counts(out: str) -> dict[str, int]:
@@ -54,8 +74,7 @@ def job_counts(out: str) -> dict[str, int]:
 
 def mtimes(workdir: Path) -> dict[str, int]:
     """Modification times of the final runs' metrics.json that exist."""
-    return {f: (workdir / f).stat().st_mtime_ns for f in W.final_metrics(CFG)
-            if (workdir / f).exists()}
+    return {f: (workdir / f).stat().st_mtime_ns for f in W.final_metrics(CFG) if (workdir / f).exists()}
 
 
 @pytest.fixture(scope="module")
@@ -114,14 +133,22 @@ def test_snakemakes_html_report_holds_the_report_tables_and_figures(workdir):
     assert "Table 2: test accuracy of every model against the paper" in html  # the labels
 
 
-@pytest.mark.parametrize("edit, expected", [
-    # a dataset's preparation: its download and preparation, and every run on it
-    (("datasets", "dbpedia", "prepare", "max_length", 90),
-     {"download": 1, "prepare": 1, "train": 4, "compile": 1, "paper": 1, "all": 1}),
-    # an experiment with a grid: its search, the selection and its final runs
-    (("experiments", "mnist_ps30_predrec_a4", "window", 8),
-     {"search": 2, "select": 1, "train": 2, "compile": 1, "paper": 1, "all": 1}),
-], ids=["dataset", "grid-experiment"])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        # a dataset's preparation: its download and preparation, and every run on it
+        (
+            ("datasets", "dbpedia", "prepare", "max_length", 90),
+            {"download": 1, "prepare": 1, "train": 4, "compile": 1, "paper": 1, "all": 1},
+        ),
+        # an experiment with a grid: its search, the selection and its final runs
+        (
+            ("experiments", "mnist_ps30_predrec_a4", "window", 8),
+            {"search": 2, "select": 1, "train": 2, "compile": 1, "paper": 1, "all": 1},
+        ),
+    ],
+    ids=["dataset", "grid-experiment"],
+)
 def test_an_edited_config_reruns_exactly_what_it_changes_in_one_invocation(workdir, edit, expected):
     """Also where an upstream job re-runs: its consumers must not wait for a second
     invocation (psrnn.workflow, 'which inputs may be ancient()')."""
@@ -195,14 +222,18 @@ def test_a_killed_workflow_finishes_with_nothing_lost(workdir):
         for seed in CFG["seeds"]:
             (workdir / W.run_metrics(CFG, exp, seed)).unlink()
     before = mtimes(workdir)
-    proc = subprocess.Popen(snakemake_cmd(workdir), cwd=workdir, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        snakemake_cmd(workdir),
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         # wait until at least one redone run has finished and another has started
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:
-            done = [e for e in redo for s in CFG["seeds"]
-                    if (workdir / W.run_metrics(CFG, e, s)).exists()]
+            done = [e for e in redo for s in CFG["seeds"] if (workdir / W.run_metrics(CFG, e, s)).exists()]
             if done:
                 break
             time.sleep(0.5)
@@ -237,11 +268,14 @@ def test_an_edited_dataset_is_prepared_and_trained_on_again_in_one_run(workdir):
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
     after = mtimes(workdir)
     redone = sorted(f for f in before if after[f] != before[f])
-    assert redone == sorted(W.run_metrics(CFG, e, s) for e in ("dbpedia_gru", "dbpedia_ps50_rec_a20")
-                            for s in CFG["seeds"])
+    assert redone == sorted(
+        W.run_metrics(CFG, e, s) for e in ("dbpedia_gru", "dbpedia_ps50_rec_a20") for s in CFG["seeds"]
+    )
     manifest = json.loads((workdir / W.manifest(CFG, "dbpedia")).read_text())
     assert manifest["length"]["train"]["max"] == 90
     for f in redone:
-        log = (workdir / RESULTS / "logs" / "train" / Path(f).parent.relative_to(RESULTS / "runs")).with_suffix(".log")
+        log = (
+            workdir / RESULTS / "logs" / "train" / Path(f).parent.relative_to(RESULTS / "runs")
+        ).with_suffix(".log")
         assert "starting over: " in log.read_text() and "prepared data" in log.read_text()
     assert "Nothing to be done" in snakemake(workdir, "-n", config=edited).stdout

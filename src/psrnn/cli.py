@@ -14,6 +14,8 @@ import argparse
 import importlib
 import sys
 
+from psrnn.errors import UserError
+
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("psrnn.config_cli", "validate a suite config and list its runs"),
@@ -24,15 +26,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("psrnn.training", "train one model (one experiment, one seed)"),
     "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.results", "compile tables, figures and the report from finished runs"),
-    "paper": ("psrnn.workflow", "build the paper PDF from the compiled tables and figures"),
+    "paper": ("psrnn.results.paper", "build the paper PDF from the compiled tables and figures"),
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
     "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
 }
-
-
-class UserError(Exception):
-    """An error caused by input (config, archive, path): printed as one line, exit 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,14 +19,14 @@ import functools
 import itertools
 import json
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from psrnn.cli import UserError
 from psrnn.datasets import REGISTRY
+from psrnn.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "config" / "schema.yaml"
@@ -54,30 +54,43 @@ class RunConfig:
     tasks: tuple[str, ...] = ("rec",)  # auxiliary tasks: "rec" (backwards, before anchor), "pred" (after)
     anchors: int = 1  # anchors m per sequence
     window: int = 50  # window length l of each auxiliary task
-    sampling: str = "stratified"  # "stratified" (thesis 3.1: one draw in each of m regions) | "uniform" (Trinh et al.)
-    decoder_input: str = "teacher"  # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
+    sampling: str = (
+        "stratified"  # "stratified" (thesis 3.1: one draw in each of m regions) | "uniform" (Trinh et al.)
+    )
+    decoder_input: str = (
+        "teacher"  # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
+    )
     decoder_layers: int = 1  # GRU layers of each auxiliary decoder (its hidden size is r)
     aux_weight: float = 1.0  # total loss = CE + aux_weight * aux (paper: 1)
     embedding: int = 0  # text only: >0 learns a character embedding of this size (DBpedia: 100); 0 = one-hot
     head: str = "linear"  # classifier on the full final state: "linear" | "mlp"
     head_hidden: int = 0  # width of the MLP head's hidden layer (0 = same as `hidden`)
-    init: str = "torch"  # main GRU: "torch" (PyTorch's uniform) | "orthogonal" (orthogonal recurrent blocks, zero biases) | "chrono" (orthogonal + update-gate bias log U(1, T-1), T = mean training length; models.init_recurrent)
+    # main GRU: "torch" (PyTorch's uniform) | "orthogonal" (orthogonal recurrent blocks, zero
+    # biases) | "chrono" (orthogonal + update-gate bias log U(1, T-1), T = mean training
+    # length; models.init_recurrent)
+    init: str = "torch"
     # --- optimisation -----------------------------------------------------------------
-    optimizer: str = "sgdr"  # "sgdr": SGD + momentum + warm restarts (paper) | "adamwr": AdamW + the same warm restarts (Loshchilov & Hutter 2019) | "adam": Adam at a constant rate
+    # "sgdr": SGD + momentum + warm restarts (paper) | "adamwr": AdamW + the same warm
+    # restarts (Loshchilov & Hutter 2019) | "adam": Adam at a constant rate
+    optimizer: str = "sgdr"
     lr: float = 0.05
     momentum: float = 0.9  # SGD only
     weight_decay: float = 0.0  # L2 in the gradient (sgdr, adam); decoupled decay (adamwr)
     restart_epochs: int = 10  # SGDR T_0 (epochs until the first restart)
     restart_mult: int = 2  # SGDR T_mult (each cycle this many times longer)
     batch_size: int = 128
-    bucket: int = 0  # text: sort each pool of this many random batches by length, so a batch pads to near its own length (batch order stays random); 0 = plain random batches
+    # text: sort each pool of this many random batches by length, so a batch pads to near
+    # its own length (batch order stays random); 0 = plain random batches
+    bucket: int = 0
     max_epochs: int = 200
     patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
     clip: float = 1.0  # max global gradient norm (0 = off)
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N" | "mps"
-    capture_epochs: tuple[int, ...] = ()  # record h_1..h_n after these many training epochs (Figure 3); 0 = at initialisation
+    capture_epochs: tuple[
+        int, ...
+    ] = ()  # record h_1..h_n after these many training epochs (Figure 3); 0 = at initialisation
     capture_samples: int = 1  # how many test sequences are recorded
     progress: str = "auto"  # "auto" (bar on a terminal, plain lines otherwise) | "bar" | "plain"
 
@@ -119,6 +132,7 @@ def coerce_run(values: dict[str, Any]) -> RunConfig:
 
 def check_run(cfg: RunConfig) -> None:
     """Value checks for one run; each error names the key."""
+
     def bad(key: str, why: str) -> None:
         raise ConfigError(f"{key}={getattr(cfg, key)!r}: {why}")
 
@@ -170,12 +184,15 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 # YAML 1.1 (PyYAML) reads 1e-3 and 1e6 as strings: a float needs a dot and a signed
 # exponent there. This is its float pattern with YAML 1.2's exponents added.
-FLOAT_PATTERN = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+FLOAT_PATTERN = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
     |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
 FLOAT_TAG = "tag:yaml.org,2002:float"
 # YAML 1.1 also reads yes/no/on/off as booleans; YAML 1.2 (ruamel, which `dvc exp run -S`
 # writes params.yaml with) reads them as strings and writes `latex: off` unquoted.
@@ -200,15 +217,18 @@ class ConfigLoader(yaml.SafeLoader):
                 continue  # unhashable: construct_mapping below says so
             if mark is not key_node.start_mark:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {mark.line + 1})",
-                    key_node.start_mark)
+                    None, None, f"duplicate key {key!r} (first on line {mark.line + 1})", key_node.start_mark
+                )
         return super().construct_mapping(node, deep=deep)
 
 
 ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, {FLOAT_TAG: FLOAT_PATTERN, BOOL_TAG: BOOL_PATTERN}.get(tag, regexp))
-            for tag, regexp in resolvers]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    first: [
+        (tag, {FLOAT_TAG: FLOAT_PATTERN, BOOL_TAG: BOOL_PATTERN}.get(tag, regexp))
+        for tag, regexp in resolvers
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -276,11 +296,15 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
     _raise_first_error(_validator(), cfg, source=source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
-            raise ConfigError(f"{source}: experiments.{name}.dataset: "
-                              f"{exp['dataset']!r} is not listed under datasets")
+            raise ConfigError(
+                f"{source}: experiments.{name}.dataset: {exp['dataset']!r} is not listed under datasets"
+            )
         for point in grid_points(exp):
-            values = {k: v for k, v in {**cfg.get("defaults", {}), **exp, **point[1]}.items()
-                      if k not in EXPERIMENT_META}
+            values = {
+                k: v
+                for k, v in {**cfg.get("defaults", {}), **exp, **point[1]}.items()
+                if k not in EXPERIMENT_META
+            }
             try:
                 run = coerce_run(values)
             except (ConfigError, TypeError) as err:
@@ -297,7 +321,9 @@ def suite_schema() -> dict[str, Any]:
     defs = schema["$defs"]
     defs["grid"]["properties"] = {
         key: {"type": "array", "minItems": 1, "items": {"$ref": f"#/$defs/run/properties/{key}"}}
-        for key in defs["run"]["properties"] if key not in EXPERIMENT_META}
+        for key in defs["run"]["properties"]
+        if key not in EXPERIMENT_META
+    }
     return schema
 
 
@@ -312,7 +338,8 @@ def _validator(definition: str | None = None) -> Any:
         schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine(
-        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
@@ -342,7 +369,8 @@ def check_window(cfg: dict[str, Any], name: str, run: RunConfig, source: str) ->
     if not REGISTRY[run.dataset].short_texts and n - 2 * run.window < run.anchors:
         raise ConfigError(
             f"{source}: experiments.{name}.window: {run.window} leaves no room for "
-            f"{run.anchors} anchor(s) in [window, n - window] with n = {n} steps")
+            f"{run.anchors} anchor(s) in [window, n - window] with n = {n} steps"
+        )
 
 
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -412,25 +440,32 @@ def selection_path(cfg: dict[str, Any], experiment: str) -> Path:
     return results_root(cfg) / "search" / experiment / "selected.json"
 
 
-def resolve_run(cfg: dict[str, Any], experiment: str, seed: int, point: str | None = None,
-                selected: dict[str, Any] | None = None,
-                overrides: dict[str, Any] | None = None) -> RunConfig:
+def resolve_run(
+    cfg: dict[str, Any],
+    experiment: str,
+    seed: int,
+    point: str | None = None,
+    selected: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RunConfig:
     """The RunConfig of one (experiment, seed[, grid point]).
 
     `point` picks a grid point by id (search runs); `selected` is the chosen point's
     overrides (final runs after the search); `overrides` are the command line's --set.
     """
     if experiment not in cfg["experiments"]:
-        raise ConfigError(f"unknown experiment {experiment!r}; known: "
-                          f"{', '.join(sorted(cfg['experiments']))}")
+        raise ConfigError(
+            f"unknown experiment {experiment!r}; known: {', '.join(sorted(cfg['experiments']))}"
+        )
     exp = cfg["experiments"][experiment]
     values: dict[str, Any] = dict(cfg.get("defaults", {}))
     values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
     if point is not None:
         points = dict(grid_points(exp))
         if point not in points:
-            raise ConfigError(f"experiments.{experiment}: unknown grid point {point!r}; "
-                              f"known: {', '.join(points)}")
+            raise ConfigError(
+                f"experiments.{experiment}: unknown grid point {point!r}; known: {', '.join(points)}"
+            )
         values.update(points[point])
     values.update(selected or {})
     values.update(overrides or {})

@@ -1,8 +1,9 @@
 """`python -m psrnn config <suite.yaml>`: validate a suite config and list its runs.
 
-    python -m psrnn config config/paper.yaml          # one line per run
-    python -m psrnn config config/small.yaml --json   # the expanded plan, for tools
-    python -m psrnn config config/quick.yaml --dvc-params params.yaml   # what `dvc repro` runs
+python -m psrnn config config/paper.yaml          # one line per run
+python -m psrnn config config/small.yaml --json   # the expanded plan, for tools
+python -m psrnn config config/quick.yaml --dvc-params params.yaml   # what `dvc repro` runs
+python -m psrnn config config/paper.yaml --params  # our parameter counts vs the paper's
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from psrnn.files import write_text
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="suite config (YAML)")
     p.add_argument("--json", action="store_true", help="print the expanded plan as JSON")
-    p.add_argument("--dvc-params", metavar="FILE",
-                   help="write the config resolved (extends: merged) to FILE for DVC (params.yaml)")
+    p.add_argument(
+        "--params",
+        action="store_true",
+        help="print each experiment's parameter count beside the paper's #Param",
+    )
+    p.add_argument(
+        "--dvc-params",
+        metavar="FILE",
+        help="write the config resolved (extends: merged) to FILE for DVC (params.yaml)",
+    )
 
 
 def plan(cfg: dict) -> dict:
@@ -43,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
         write_text(args.dvc_params, dvc_params(args.path))
         print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
         return 0
+    if args.params:
+        print_params(cfg)
+        return 0
     p = plan(cfg)
     if args.json:
         print(json.dumps(p, indent=2, sort_keys=True))
@@ -53,6 +65,21 @@ def run(args: argparse.Namespace) -> int:
         n_search += len(e["search"])
         grid = f", grid {len(e['search'])} points" if e["search"] else ""
         print(f"{name:28s} {e['dataset']:8s} seeds {e['seeds']}{grid}")
-    print(f"{cfg['name']}: {len(p['datasets'])} datasets, {len(p['experiments'])} experiments, "
-          f"{n_runs} runs + {n_search} search runs")
+    print(
+        f"{cfg['name']}: {len(p['datasets'])} datasets, {len(p['experiments'])} experiments, "
+        f"{n_runs} runs + {n_search} search runs"
+    )
     return 0
+
+
+def print_params(cfg: dict) -> None:
+    """Our parameter counts beside the paper's (psrnn.workflow.param_table; meta device)."""
+    from psrnn.workflow import param_table
+
+    reference = C.load_yaml(C.ROOT / "config" / "reference.yaml")
+    print(f"{'experiment':28s} {'ref':34s} {'hidden':>6s} {'ours':>11s} {'paper':>11s} ratio")
+    for r in param_table(cfg, reference):
+        print(
+            f"{r['experiment']:28s} {r['ref']:34s} {r['hidden']:6d} {r['ours']:11,d} "
+            f"{r['paper']:11,d} {r['ratio']:.3f}"
+        )

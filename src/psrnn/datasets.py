@@ -8,7 +8,7 @@ A row says what the model sees (input kind, values per step, classes), how large
 official sets are, and the defaults of the dataset's preparation, which a suite config's
 `datasets.<name>.prepare` overrides (data/README.md explains each choice). Derived from
 it: `config.DATASETS` and `config.min_length`, `prepare.DEFAULTS`, the parameter counts
-of `python -m psrnn.workflow params`. Each dataset also has a source
+of `python -m psrnn config --params`. Each dataset also has a source
 (`data/sources.py`), a reader (`data/readers.py`), a preparer (`data/prepare.py`) and a
 fixture (`data/fixtures.py`); tests/test_datasets.py checks that all of them cover
 exactly these rows and that prepared fixture data matches them.
@@ -75,19 +75,61 @@ class Dataset:
 
 
 # The paper's Table 1 with our readings of its open points (src/psrnn/data/prepare.py).
-REGISTRY: dict[str, Dataset] = {ds.name: ds for ds in (
-    Dataset("mnist", input="continuous", features=1, classes=10, image_side=28,
-            official_train=60_000, official_test=10_000, valid_size=10_000),  # 50K / 10K / 10K
-    Dataset("fmnist", input="continuous", features=1, classes=10, image_side=28,
-            official_train=60_000, official_test=10_000, valid_size=10_000),
-    Dataset("cifar10", input="continuous", features=3, classes=10, image_side=32,  # RGB per step
-            official_train=50_000, official_test=10_000, valid_size=5_000),  # 45K / 5K / 10K
-    Dataset("imdb", input="categorical", features=60, classes=2,
-            official_train=25_000, official_test=25_000, valid_size=None,
-            min_chars=500, train_size=20_000,  # paper: reviews >= 500 characters, 20K train
-            filtered_train=22_200),  # Table 1: 20K train + 2.2K valid kept
-    Dataset("dbpedia", input="categorical", features=70, classes=14,
-            official_train=560_000, official_test=70_000, valid_size=14_000,
+REGISTRY: dict[str, Dataset] = {
+    ds.name: ds
+    for ds in (
+        Dataset(
+            "mnist",
+            input="continuous",
+            features=1,
+            classes=10,
+            image_side=28,
+            official_train=60_000,
+            official_test=10_000,
+            valid_size=10_000,
+        ),  # 50K / 10K / 10K
+        Dataset(
+            "fmnist",
+            input="continuous",
+            features=1,
+            classes=10,
+            image_side=28,
+            official_train=60_000,
+            official_test=10_000,
+            valid_size=10_000,
+        ),
+        Dataset(
+            "cifar10",
+            input="continuous",
+            features=3,
+            classes=10,
+            image_side=32,  # RGB per step
+            official_train=50_000,
+            official_test=10_000,
+            valid_size=5_000,
+        ),  # 45K / 5K / 10K
+        Dataset(
+            "imdb",
+            input="categorical",
+            features=60,
+            classes=2,
+            official_train=25_000,
+            official_test=25_000,
+            valid_size=None,
+            min_chars=500,
+            train_size=20_000,  # paper: reviews >= 500 characters, 20K train
+            filtered_train=22_200,
+        ),  # Table 1: 20K train + 2.2K valid kept
+        Dataset(
+            "dbpedia",
+            input="categorical",
+            features=70,
+            classes=14,
+            official_train=560_000,
+            official_test=70_000,
+            valid_size=14_000,
             lowercase=True,  # as Zhang et al. (2015)
-            short_texts=True),  # abstracts are short and ragged (thesis)
-)}
+            short_texts=True,
+        ),  # abstracts are short and ragged (thesis)
+    )
+}

@@ -17,8 +17,9 @@ import fcntl
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 LOCKS_ENV = "PSRNN_GPU_LOCKS"
 WAIT_LOG_S = 300.0  # while every device is claimed, say so this often
@@ -42,8 +43,9 @@ def host_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
-def claim(count: int, directory: Path | None = None, poll_s: float = 1.0,
-          log: Callable[[str], None] = print) -> int | None:
+def claim(
+    count: int, directory: Path | None = None, poll_s: float = 1.0, log: Callable[[str], None] = print
+) -> int | None:
     """Claim one of `count` devices (index into the visible ones); None when count <= 1.
 
     Tries gpu0, gpu1, ... in order and waits, polling, while all are claimed (a job from
@@ -69,8 +71,10 @@ def claim(count: int, directory: Path | None = None, poll_s: float = 1.0,
             _held.append(fh)
             return index
         if time.monotonic() - last_said >= WAIT_LOG_S:
-            log(f"waiting for a free GPU: all {count} are claimed in {directory} "
-                f"({time.monotonic() - waited_since:.0f}s so far)")
+            log(
+                f"waiting for a free GPU: all {count} are claimed in {directory} "
+                f"({time.monotonic() - waited_since:.0f}s so far)"
+            )
             last_said = time.monotonic()
         time.sleep(poll_s)
 

@@ -27,10 +27,15 @@ def git_commit() -> str | None:
     (the numbers then come from uncommitted code); None outside git."""
     git = ["git", "-C", str(C.ROOT)]
     try:
-        out = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True)
-        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "src", "config"],
-                               capture_output=True, timeout=10).returncode == 1
+        out = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        )
+        dirty = (
+            subprocess.run(
+                [*git, "diff", "--quiet", "HEAD", "--", "src", "config"], capture_output=True, timeout=10
+            ).returncode
+            == 1
+        )
         return (out.stdout.strip() + ("+dirty" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -63,15 +68,22 @@ def device_slug(device: torch.device) -> str:
 
 def versions(device: torch.device) -> dict[str, Any]:
     """The software a number depends on; the CUDA version only where it runs on CUDA."""
-    return {"torch_version": torch.__version__,
-            "cuda_version": torch.version.cuda if device.type == "cuda" else None,
-            "platform": platform.platform(), "psrnn_version": __version__}
+    return {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda if device.type == "cuda" else None,
+        "platform": platform.platform(),
+        "psrnn_version": __version__,
+    }
 
 
 def environment(device: torch.device) -> dict[str, Any]:
     """What a training run records in metrics.json about where it ran."""
-    return {"device": device.type, "device_name": device_name(device), **versions(device),
-            "git_commit": git_commit()}
+    return {
+        "device": device.type,
+        "device_name": device_name(device),
+        **versions(device),
+        "git_commit": git_commit(),
+    }
 
 
 def bench_environment(device: torch.device) -> dict[str, Any]:
@@ -80,9 +92,15 @@ def bench_environment(device: torch.device) -> dict[str, Any]:
     cudnn = torch.backends.cudnn.version() if cuda and torch.backends.cudnn.is_available() else None
     gpu_mem = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1) if cuda else None
     return {
-        "device": device.type, "device_slug": device_slug(device), "device_name": device_name(device),
-        **versions(device), "gpu_memory_gb": gpu_mem, "cudnn_version": cudnn,
-        "python": platform.python_version(), "cpu_model": cpu_name(), "cpu_count": os.cpu_count(),
+        "device": device.type,
+        "device_slug": device_slug(device),
+        "device_name": device_name(device),
+        **versions(device),
+        "gpu_memory_gb": gpu_mem,
+        "cudnn_version": cudnn,
+        "python": platform.python_version(),
+        "cpu_model": cpu_name(),
+        "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
 

@@ -95,27 +95,43 @@ class ModelConfig:
         if self.input_kind not in INPUT_KINDS:
             raise ValueError(f"input kind {self.input_kind!r} not in {INPUT_KINDS}")
         if self.embedding > 0 and self.input_kind != "categorical":
-            raise ConfigError(f"embedding={self.embedding}: a learned embedding needs text "
-                              f"(categorical) input, this data is {self.input_kind}")
+            raise ConfigError(
+                f"embedding={self.embedding}: a learned embedding needs text "
+                f"(categorical) input, this data is {self.input_kind}"
+            )
         if any(task not in AUX_TASKS for task in self.tasks):
             raise ValueError(f"tasks {self.tasks}: each must be one of {tuple(AUX_TASKS)}")
         if (self.shared_units > 0) != bool(self.tasks):
-            raise ValueError(f"shared_units={self.shared_units} with tasks {self.tasks}: "
-                             f"shared units exist only to feed a task")
+            raise ValueError(
+                f"shared_units={self.shared_units} with tasks {self.tasks}: "
+                f"shared units exist only to feed a task"
+            )
 
     @classmethod
-    def from_run(cls, run: RunConfig, input_kind: str, features: int, classes: int,
-                 steps: int = 784) -> ModelConfig:
+    def from_run(
+        cls, run: RunConfig, input_kind: str, features: int, classes: int, steps: int = 784
+    ) -> ModelConfig:
         """The model settings of `run` on data of `input_kind` with `features` values (or
         symbols) per step and `classes` classes; steps: `init_steps` (training passes the
         prepared training split's mean length). A run without auxiliary loss (no shared
         unit, no task or no anchor) gets r = 0 and no task."""
         aux = run.has_aux
-        return cls(input_kind=input_kind, features=features, classes=classes, hidden=run.hidden,
-                   shared_units=run.shared_units if aux else 0, tasks=tuple(run.tasks) if aux else (),
-                   window=run.window, decoder_layers=run.decoder_layers,
-                   teacher=run.decoder_input == "teacher", embedding=run.embedding, head=run.head,
-                   head_hidden=run.head_hidden, init=run.init, init_steps=steps)
+        return cls(
+            input_kind=input_kind,
+            features=features,
+            classes=classes,
+            hidden=run.hidden,
+            shared_units=run.shared_units if aux else 0,
+            tasks=tuple(run.tasks) if aux else (),
+            window=run.window,
+            decoder_layers=run.decoder_layers,
+            teacher=run.decoder_input == "teacher",
+            embedding=run.embedding,
+            head=run.head,
+            head_hidden=run.head_hidden,
+            init=run.init,
+            init_steps=steps,
+        )
 
     @property
     def categorical(self) -> bool:
@@ -130,8 +146,9 @@ class ModelConfig:
 # --- anchors and windows (pure functions of tensors, tested on their own) ----------------
 
 
-def sample_anchors(lengths: torch.Tensor, count: int, window: int, sampling: str,
-                   generator: torch.Generator) -> torch.Tensor:
+def sample_anchors(
+    lengths: torch.Tensor, count: int, window: int, sampling: str, generator: torch.Generator
+) -> torch.Tensor:
     """int64 (B, count): anchor positions per sequence, drawn from `generator`.
 
     lengths: int64 (B,) steps per sequence. The valid range is [window, n - window);
@@ -175,8 +192,9 @@ def window_positions(anchors: torch.Tensor, window: int, task: str) -> tuple[tor
     return inputs, inputs + sign
 
 
-def gather_steps(seq: torch.Tensor, pos: torch.Tensor,
-                 lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_steps(
+    seq: torch.Tensor, pos: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """seq (B, T, F) at positions pos (B, m, l) -> values (B, m, l, F), valid (B, m, l).
 
     Positions outside [0, n) of their own sequence are invalid; their values are zeros.
@@ -218,7 +236,7 @@ def init_recurrent(gru: nn.GRU, scheme: str, steps: int, generator: torch.Genera
     gru.bias_hh_l0.zero_()
     if scheme == "chrono":
         u = torch.rand(d, generator=generator, device=gru.bias_ih_l0.device)  # (d,)
-        gru.bias_ih_l0[d:2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
+        gru.bias_ih_l0[d : 2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
 
 
 def gru_cell(gru: nn.GRU, layer: int = 0) -> nn.GRUCell:
@@ -268,8 +286,9 @@ class AuxDecoder(nn.Module):
 
     reads_sequence = False
 
-    def forward(self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool,
-                shared: SharedStates | None = None) -> torch.Tensor:
+    def forward(
+        self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool, shared: SharedStates | None = None
+    ) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -282,8 +301,9 @@ class GRUDecoder(AuxDecoder):
         self.gru = nn.GRU(input_size, shared_units, num_layers=layers, batch_first=True)
         self.out = nn.Linear(shared_units, input_size)
 
-    def forward(self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool,
-                shared: SharedStates | None = None) -> torch.Tensor:
+    def forward(
+        self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool, shared: SharedStates | None = None
+    ) -> torch.Tensor:
         """teacher: one GRU call over all N windows. Otherwise each step is fed the
         previous estimate, which needs a loop over the l window steps (batched over all
         anchors; never a loop over anchors or over the main sequence)."""
@@ -316,14 +336,17 @@ class PSRNN(nn.Module):
         init_recurrent(self.gru, config.init, config.init_steps)
         if config.head == "mlp":
             width = config.head_hidden or config.hidden
-            self.head = nn.Sequential(nn.Linear(config.hidden, width), nn.ReLU(),
-                                      nn.Linear(width, config.classes))
+            self.head = nn.Sequential(
+                nn.Linear(config.hidden, width), nn.ReLU(), nn.Linear(width, config.classes)
+            )
         else:
             self.head = nn.Linear(config.hidden, config.classes)
-        self.decoders = nn.ModuleDict({
-            task: GRUDecoder(config.input_size, config.shared_units, config.decoder_layers)
-            for task in config.tasks
-        })
+        self.decoders = nn.ModuleDict(
+            {
+                task: GRUDecoder(config.input_size, config.shared_units, config.decoder_layers)
+                for task in config.tasks
+            }
+        )
 
     @property
     def has_aux(self) -> bool:
@@ -353,8 +376,9 @@ class PSRNN(nn.Module):
         last = H[rows, lengths.to(H.device) - 1]  # (B, d)
         return self.head(last)  # (B, C)
 
-    def aux_loss(self, inp: torch.Tensor, H: torch.Tensor, lengths: torch.Tensor,
-                 anchors: torch.Tensor) -> torch.Tensor:
+    def aux_loss(
+        self, inp: torch.Tensor, H: torch.Tensor, lengths: torch.Tensor, anchors: torch.Tensor
+    ) -> torch.Tensor:
         """Auxiliary loss per sequence (B,): for each task and anchor, the squared error
         summed over the window (and features) divided by `window`, summed over anchors and
         tasks (eq. 3.3-3.4, 3.7-3.8). anchors: int64 (B, m)."""
@@ -371,14 +395,19 @@ class PSRNN(nn.Module):
             in_pos, tgt_pos = window_positions(anchors, l, task)  # (B, m, l) each
             dec_in, _ = gather_steps(source, in_pos, lengths)  # (B, m, l, F)
             target, valid = gather_steps(source, tgt_pos, lengths)  # (B, m, l, F), (B, m, l)
-            est = decoder(h0, dec_in.reshape(B * m, l, -1), self.config.teacher,
-                          shared if decoder.reads_sequence else None)  # (B*m, l, F)
+            est = decoder(
+                h0,
+                dec_in.reshape(B * m, l, -1),
+                self.config.teacher,
+                shared if decoder.reads_sequence else None,
+            )  # (B*m, l, F)
             err = (est.reshape(B, m, l, -1) - target).pow(2).sum(-1)  # (B, m, l)
             total = total + (err * valid).sum(-1).div(l).sum(-1)  # (B,)
         return total
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor,
-                anchors: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, anchors: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits (B, C), aux loss per sequence (B,) or None without tasks/anchors)."""
         inp = self.inputs(x)  # (B, T, F')
         H = self.encode(inp)  # (B, T, d)
@@ -388,8 +417,7 @@ class PSRNN(nn.Module):
         return logits, self.aux_loss(inp, H, lengths, anchors)
 
 
-def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int,
-                steps: int = 784) -> PSRNN:
+def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int, steps: int = 784) -> PSRNN:
     """The PSRNN of run `cfg` on this data (`ModelConfig.from_run` says what it takes)."""
     return PSRNN(ModelConfig.from_run(cfg, input_kind, features, num_classes, steps))
 
@@ -399,6 +427,7 @@ def build_model(cfg: RunConfig, input_kind: str, features: int, num_classes: int
 
 def count_params(model: PSRNN) -> dict[str, int]:
     """Trainable parameters split as in metrics.json: main (embedding + GRU), head, aux."""
+
     def n(mod: nn.Module | None) -> int:
         return 0 if mod is None else sum(p.numel() for p in mod.parameters() if p.requires_grad)
 
@@ -434,8 +463,14 @@ def hidden_states(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor) -> torch
     return H * inside[..., None]
 
 
-def grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Tensor,
-               anchors: torch.Tensor | None, aux_weight: float) -> dict[str, np.ndarray]:
+def grad_norms(
+    model: PSRNN,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    y: torch.Tensor,
+    anchors: torch.Tensor | None,
+    aux_weight: float,
+) -> dict[str, np.ndarray]:
     """How strongly each loss reaches the shared and private units at every time step.
 
     For each step t: the L2 norm of d(loss)/d(h_t) over the shared units h_t[:r] and over
@@ -457,8 +492,14 @@ def grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Te
         model.train(was_training)
 
 
-def _grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.Tensor,
-                anchors: torch.Tensor | None, aux_weight: float) -> dict[str, np.ndarray]:
+def _grad_norms(
+    model: PSRNN,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    y: torch.Tensor,
+    anchors: torch.Tensor | None,
+    aux_weight: float,
+) -> dict[str, np.ndarray]:
     d, r = model.config.hidden, model.shared_units
     cell = gru_cell(model.gru)
     inp = model.inputs(x)  # (B, T, F')
@@ -471,13 +512,13 @@ def _grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.T
         states.append(h)
     H = torch.stack(states, dim=1)  # (B, T, d)
     ce = F.cross_entropy(model.classify(H, lengths), y.to(H.device), reduction="sum")
-    g_ce, = torch.autograd.grad(ce, probe, retain_graph=True)  # (B, T, d)
+    (g_ce,) = torch.autograd.grad(ce, probe, retain_graph=True)  # (B, T, d)
     if model.has_aux and anchors is not None and anchors.shape[1] > 0:
         aux = aux_weight * model.aux_loss(inp, H, lengths, anchors).sum()
-        g_aux, = torch.autograd.grad(aux, probe)  # (B, T, d)
+        (g_aux,) = torch.autograd.grad(aux, probe)  # (B, T, d)
     else:
         g_aux = torch.zeros_like(g_ce)
-    inside = (torch.arange(T, device=H.device)[None, :] < lengths.to(H.device)[:, None])  # (B, T)
+    inside = torch.arange(T, device=H.device)[None, :] < lengths.to(H.device)[:, None]  # (B, T)
     reach = inside.sum(0).clamp(min=1).to(torch.float64)  # (T,)
 
     def mean_norm(g: torch.Tensor) -> np.ndarray:
@@ -485,7 +526,10 @@ def _grad_norms(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor, y: torch.T
         return (norms.sum(0) / reach).cpu().numpy()  # (T,)
 
     return {
-        "ce_shared": mean_norm(g_ce[..., :r]), "ce_private": mean_norm(g_ce[..., r:]),
-        "aux_shared": mean_norm(g_aux[..., :r]), "aux_private": mean_norm(g_aux[..., r:]),
-        "shared_units": np.int64(r), "hidden": np.int64(d),
+        "ce_shared": mean_norm(g_ce[..., :r]),
+        "ce_private": mean_norm(g_ce[..., r:]),
+        "aux_shared": mean_norm(g_aux[..., :r]),
+        "aux_private": mean_norm(g_aux[..., r:]),
+        "shared_units": np.int64(r),
+        "hidden": np.int64(d),
     }

@@ -34,15 +34,16 @@ class NaivePSRNN(nn.Module):
         self.decoders = copy.deepcopy(model.decoders)
 
     @classmethod
-    def from_model(cls, model: PSRNN) -> "NaivePSRNN":
+    def from_model(cls, model: PSRNN) -> NaivePSRNN:
         return cls(model)
 
     @property
     def has_aux(self) -> bool:
         return len(self.decoders) > 0
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor,
-                anchors: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, anchors: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits (B, C), aux loss per sequence (B,) or None), as PSRNN.forward."""
         if not self.config.categorical:
             inp = x  # (B, T, F)
@@ -71,7 +72,7 @@ class NaivePSRNN(nn.Module):
         for j in range(anchors.shape[1]):  # one decoder call per anchor and task
             a = anchors[:, j]  # (B,)
             h0 = H[rows, a, :r]  # (B, r)
-            shared = SharedStates(H[..., :r], lengths, anchors[:, j:j + 1])  # windows = sequences
+            shared = SharedStates(H[..., :r], lengths, anchors[:, j : j + 1])  # windows = sequences
             for task, decoder in self.decoders.items():
                 sign = AUX_TASKS[task].direction
                 in_pos = a[:, None] + sign * k  # (B, l)
@@ -79,8 +80,9 @@ class NaivePSRNN(nn.Module):
                 dec_in = self._at(source, in_pos, lengths)  # (B, l, F)
                 target = self._at(source, tgt_pos, lengths)  # (B, l, F)
                 valid = ((tgt_pos >= 0) & (tgt_pos < lengths[:, None])).float()  # (B, l)
-                est = decoder(h0, dec_in, self.config.teacher,
-                              shared if decoder.reads_sequence else None)  # (B, l, F)
+                est = decoder(
+                    h0, dec_in, self.config.teacher, shared if decoder.reads_sequence else None
+                )  # (B, l, F)
                 err = (est - target).pow(2).sum(-1)  # (B, l)
                 total = total + (err * valid).sum(-1) / l
         return logits, total

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 from psrnn.files import read_json, write_text
 
 STUDY = C.ROOT / "config" / "recipe.yaml"
@@ -46,22 +46,31 @@ def load_study(path: str | Path = STUDY) -> dict[str, Any]:
     return study
 
 
-def recipe_configs(study: dict[str, Any], data_dir: str | Path,
-                   only: list[str] | None = None) -> dict[str, C.RunConfig]:
+def recipe_configs(
+    study: dict[str, Any], data_dir: str | Path, only: list[str] | None = None
+) -> dict[str, C.RunConfig]:
     """recipe name -> RunConfig: the suite experiment with the recipe's keys on top, run
     for exactly `epochs` epochs (no early stopping) on the CPU from `data_dir`."""
     names = only or list(study["recipes"])
     unknown = [n for n in names if n not in study["recipes"]]
     if unknown:
-        raise C.ConfigError(f"unknown recipe(s) {', '.join(unknown)}; known: "
-                            f"{', '.join(study['recipes'])}")
-    fixed = {"max_epochs": study["epochs"], "patience": 0, "data_dir": str(data_dir),
-             "device": "cpu", "progress": "plain"}
+        raise C.ConfigError(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(study['recipes'])}")
+    fixed = {
+        "max_epochs": study["epochs"],
+        "patience": 0,
+        "data_dir": str(data_dir),
+        "device": "cpu",
+        "progress": "plain",
+    }
     configs = {}
     for name in names:
         try:
-            configs[name] = C.resolve_run(study["suite_config"], study["experiment"], study["seed"],
-                                          overrides={**(study["recipes"][name] or {}), **fixed})
+            configs[name] = C.resolve_run(
+                study["suite_config"],
+                study["experiment"],
+                study["seed"],
+                overrides={**(study["recipes"][name] or {}), **fixed},
+            )
         except (C.ConfigError, TypeError) as err:
             raise C.ConfigError(f"recipes.{name}: {err}") from None
     return configs
@@ -98,8 +107,12 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
     log_path = Path(out) / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a") as fh:
-        train(cfg, out, {"experiment": name, "config_name": "recipe"},
-              log=lambda msg: (fh.write(msg + "\n"), fh.flush()))
+        train(
+            cfg,
+            out,
+            {"experiment": name, "config_name": "recipe"},
+            log=lambda msg: (fh.write(msg + "\n"), fh.flush()),
+        )
     return name, read_history(Path(out) / "history.csv")
 
 
@@ -115,9 +128,14 @@ def run_dir(out: str | Path, name: str, cfg: C.RunConfig) -> Path:
     return Path(out) / "runs" / f"{name}-{digest}"
 
 
-def run_study(study: dict[str, Any], digits: str | Path, out: str | Path,
-              data_root: str | Path = "data/recipe", only: list[str] | None = None,
-              jobs: int = 1) -> tuple[dict[str, C.RunConfig], dict[str, list[dict[str, float]]]]:
+def run_study(
+    study: dict[str, Any],
+    digits: str | Path,
+    out: str | Path,
+    data_root: str | Path = "data/recipe",
+    only: list[str] | None = None,
+    jobs: int = 1,
+) -> tuple[dict[str, C.RunConfig], dict[str, list[dict[str, float]]]]:
     """Train every recipe (in `jobs` processes of one thread each); returns
     (recipe -> the RunConfig it trained with, recipe -> history)."""
     prepared = prepare_digits(study, digits, data_root)
@@ -136,8 +154,12 @@ def settings(cfg: C.RunConfig) -> str:
     return f"{cfg.optimizer}, lr {cfg.lr:g}{extra}, init {cfg.init}, clip {cfg.clip:g}"
 
 
-def render(study: dict[str, Any], configs: dict[str, C.RunConfig],
-           histories: dict[str, list[dict[str, float]]], command: str) -> tuple[str, str]:
+def render(
+    study: dict[str, Any],
+    configs: dict[str, C.RunConfig],
+    histories: dict[str, list[dict[str, float]]],
+    command: str,
+) -> tuple[str, str]:
     """(recipe.csv, recipe.md) text from the runs' configs and histories; the same inputs
     give the same bytes."""
     buf = io.StringIO()
@@ -170,14 +192,19 @@ def render(study: dict[str, Any], configs: dict[str, C.RunConfig],
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--digits", required=True,
-                   help="folder with a real-digit IDX pair (t10k-images/labels-idx*-ubyte.gz)")
+    p.add_argument(
+        "--digits", required=True, help="folder with a real-digit IDX pair (t10k-images/labels-idx*-ubyte.gz)"
+    )
     p.add_argument("--study", default=str(STUDY), help="study file (default config/recipe.yaml)")
     p.add_argument("--out", default="results/recipe", help="table and runs folder")
     p.add_argument("--data", default="data/recipe", help="folder for the cut and prepared digits")
     p.add_argument("--only", help="comma-separated recipe names (default: all)")
-    p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
-                   help="recipes trained at once, one thread each (default: up to 2)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, min(2, os.cpu_count() or 1)),
+        help="recipes trained at once, one thread each (default: up to 2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,17 +24,25 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
 # metrics.json key -> kind of value (picks the tolerance)
 KEYS = {
-    "test_acc": "acc", "best_valid_acc": "acc",
-    "best_epoch": "epoch", "epochs_run": "epoch",
-    "test_main_loss": "loss", "test_aux_loss": "loss",
-    "valid_main_loss": "loss", "valid_aux_loss": "loss",
-    "train_main_loss": "loss", "train_aux_loss": "loss",
-    "params": "count", "params_main": "count", "params_head": "count", "params_aux": "count",
+    "test_acc": "acc",
+    "best_valid_acc": "acc",
+    "best_epoch": "epoch",
+    "epochs_run": "epoch",
+    "test_main_loss": "loss",
+    "test_aux_loss": "loss",
+    "valid_main_loss": "loss",
+    "valid_aux_loss": "loss",
+    "train_main_loss": "loss",
+    "train_aux_loss": "loss",
+    "params": "count",
+    "params_main": "count",
+    "params_head": "count",
+    "params_aux": "count",
 }
 # Off the expected platform: |got - expected| <= abs + rel * |expected|.
 # acc: 0.05 = a few test sequences of a small config's test set; epoch: a best epoch may
@@ -52,8 +60,7 @@ DEFAULT_DIR = C.ROOT / "tests" / "expected"
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="suite config (YAML)")
     p.add_argument("--expected", help="expected values (default tests/expected/<name>.json)")
-    p.add_argument("--update", action="store_true",
-                   help="rewrite the expected file from the current runs")
+    p.add_argument("--update", action="store_true", help="rewrite the expected file from the current runs")
 
 
 # --- pure parts ------------------------------------------------------------------------------
@@ -65,8 +72,7 @@ def run_ids(cfg: dict[str, Any]) -> list[str]:
     for exp in C.enabled_experiments(cfg):
         if C.has_grid(cfg, exp):
             ids += [f"search/{exp}/{pid}" for pid, _ in C.grid_points(cfg["experiments"][exp])]
-    return ids + [f"runs/{exp}/seed{seed}" for exp in C.enabled_experiments(cfg)
-                  for seed in cfg["seeds"]]
+    return ids + [f"runs/{exp}/seed{seed}" for exp in C.enabled_experiments(cfg) for seed in cfg["seeds"]]
 
 
 def within(kind: str, expected: Any, got: Any, exact: bool) -> bool:
@@ -80,8 +86,9 @@ def within(kind: str, expected: Any, got: Any, exact: bool) -> bool:
     return abs(got - expected) <= tol["abs"] + tol["rel"] * abs(expected)
 
 
-def compare(expected: dict[str, dict[str, Any]], got: dict[str, dict[str, Any] | None],
-            exact: bool) -> list[str]:
+def compare(
+    expected: dict[str, dict[str, Any]], got: dict[str, dict[str, Any] | None], exact: bool
+) -> list[str]:
     """One line per difference: `<run> <key>: expected X, got Y` (or a missing run)."""
     lines = []
     for rid in sorted(set(expected) | set(got)):
@@ -114,8 +121,9 @@ def platform_of(devices: set[str]) -> dict[str, str]:
     }
 
 
-def expected_record(cfg: dict[str, Any], got: dict[str, dict[str, Any] | None],
-                    plat: dict[str, str]) -> dict[str, Any]:
+def expected_record(
+    cfg: dict[str, Any], got: dict[str, dict[str, Any] | None], plat: dict[str, str]
+) -> dict[str, Any]:
     missing = [rid for rid, m in got.items() if m is None]
     if missing:
         raise UserError(f"--update needs every run finished; missing: {', '.join(missing)}")
@@ -153,10 +161,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"no expected values at {path} (create them with --update)")
     exp = read_json(path)
     exact = all(exp.get("platform", {}).get(k) == plat[k] for k in PLATFORM_KEYS)
-    mode = "exact (same platform)" if exact else (
-        "tolerance (expected values are from " +
-        ", ".join(f"{k}={exp.get('platform', {}).get(k)}" for k in PLATFORM_KEYS) +
-        "; here " + ", ".join(f"{k}={plat[k]}" for k in PLATFORM_KEYS) + ")")
+    mode = (
+        "exact (same platform)"
+        if exact
+        else (
+            "tolerance (expected values are from "
+            + ", ".join(f"{k}={exp.get('platform', {}).get(k)}" for k in PLATFORM_KEYS)
+            + "; here "
+            + ", ".join(f"{k}={plat[k]}" for k in PLATFORM_KEYS)
+            + ")"
+        )
+    )
     lines = compare(exp["runs"], got, exact)
     print(f"check {cfg['name']}: {len(got)} runs against {path}, {mode}")
     for line in lines:

@@ -19,7 +19,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import workflow as W
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
 
@@ -29,16 +29,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
 
 
-def select(experiment: str, points: list[tuple[str, dict[str, Any]]],
-           metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def select(
+    experiment: str, points: list[tuple[str, dict[str, Any]]], metrics: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """The selection record from each grid point's metrics.json (point id -> dict).
 
     `points` is the grid in order, [(point id, overrides)]; every point must have metrics.
     """
     missing = [pid for pid, _ in points if pid not in metrics]
     if missing:
-        raise UserError(f"experiment {experiment}: no finished search run for grid point(s) "
-                        f"{', '.join(missing)} (metrics.json missing)")
+        raise UserError(
+            f"experiment {experiment}: no finished search run for grid point(s) "
+            f"{', '.join(missing)} (metrics.json missing)"
+        )
 
     def rank(i: int) -> tuple[float, float, int]:
         m = metrics[points[i][0]]
@@ -52,8 +55,7 @@ def select(experiment: str, points: list[tuple[str, dict[str, Any]]],
         "point": pid,
         "overrides": overrides,
         "best_valid_acc": float(metrics[pid]["best_valid_acc"]),
-        "candidates": [{"point": p, "valid_acc": float(metrics[p]["best_valid_acc"])}
-                       for p, _ in points],
+        "candidates": [{"point": p, "valid_acc": float(metrics[p]["best_valid_acc"])} for p, _ in points],
     }
 
 
@@ -70,8 +72,9 @@ def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any
 def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
     if args.experiment not in cfg["experiments"]:
-        raise UserError(f"unknown experiment {args.experiment!r}; known: "
-                        f"{', '.join(sorted(cfg['experiments']))}")
+        raise UserError(
+            f"unknown experiment {args.experiment!r}; known: {', '.join(sorted(cfg['experiments']))}"
+        )
     if not C.has_grid(cfg, args.experiment):
         raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
     points = C.grid_points(cfg["experiments"][args.experiment])

@@ -43,20 +43,29 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from psrnn import __version__
 from psrnn import config as C
 from psrnn import gpus
-from psrnn.cli import UserError
-from psrnn.data import SequenceSplit, load_split, read_manifest
-from psrnn.files import md5sum, read_json, torch_save, write_bytes, write_json, write_text
+from psrnn.checkpoint import (  # noqa: F401 (re-exports)
+    RESUME_EXEMPT,
+    ConfigChanged,
+    Generators,
+    RunState,
+    config_differences,
+    data_identity,
+    load_last,
+    save_last,
+)
+from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest
+from psrnn.errors import UserError
+from psrnn.files import read_json, torch_save, write_bytes, write_json, write_text
 from psrnn.machine import cpu_name, device_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
 
@@ -64,9 +73,17 @@ EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
 GRAD_NORM_SEQUENCES = 64  # test sequences measured for grad_norms.npz
 # Settings that may change between a checkpoint and its resumption: they do not change
 # what is computed on a given device (the bar) or are the user's to move (CPU <-> GPU).
-RESUME_EXEMPT = ("progress", "device")
-HISTORY_COLUMNS = ("epoch", "lr", "train_main_loss", "train_aux_loss", "train_acc",
-                   "valid_main_loss", "valid_aux_loss", "valid_acc", "epoch_time_s")
+HISTORY_COLUMNS = (
+    "epoch",
+    "lr",
+    "train_main_loss",
+    "train_aux_loss",
+    "train_acc",
+    "valid_main_loss",
+    "valid_aux_loss",
+    "valid_acc",
+    "epoch_time_s",
+)
 HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
 # An epoch whose mean training cross-entropy exceeds this multiple of the loss at
 # initialisation, ln(num_classes), flags the run as diverged. Healthy runs stay near or
@@ -84,16 +101,6 @@ class TrainingDiverged(UserError):
     (A finite loss that explodes does not raise: see divergence().)"""
 
 
-class ConfigChanged(UserError):
-    """ckpt_last.pt was written with other run settings (or data) than the ones requested;
-    `differences` lists them, one 'key (checkpoint X, requested Y)' each."""
-
-    def __init__(self, path: Path, differences: list[str]):
-        self.path, self.differences = path, differences
-        super().__init__(f"{path} was written with a different config: {'; '.join(differences)}; "
-                         f"delete {path.parent} or pass --restart-on-change to start this run over")
-
-
 # --- command line ------------------------------------------------------------------------
 
 
@@ -103,12 +110,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="seed (suite default: its first seed)")
     p.add_argument("--point", help="grid point id (a search run)")
     p.add_argument("--selected", help="selected.json of the experiment's search (final runs)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a run setting (YAML value), e.g. --set lr=0.1; repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run setting (YAML value), e.g. --set lr=0.1; repeatable",
+    )
     p.add_argument("--out", help="run directory (default from the suite config's path conventions)")
-    p.add_argument("--restart-on-change", action="store_true",
-                   help="start over when the run directory's checkpoint was written with other "
-                        "settings (default: that is an error); Snakemake's rules pass it")
+    p.add_argument(
+        "--restart-on-change",
+        action="store_true",
+        help="start over when the run directory's checkpoint was written with other "
+        "settings (default: that is an error); Snakemake's rules pass it",
+    )
 
 
 def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str, Any]]:
@@ -129,20 +144,24 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
         return cfg, Path(args.out), meta
     suite = C.load_suite(args.config)
     if not args.experiment:
-        raise UserError(f"{args.config} is a suite config: --experiment is required; known: "
-                        f"{', '.join(sorted(suite['experiments']))}")
+        raise UserError(
+            f"{args.config} is a suite config: --experiment is required; known: "
+            f"{', '.join(sorted(suite['experiments']))}"
+        )
     if args.point and args.selected:
         raise UserError("--point (a search run) and --selected (a final run) exclude each other")
     selected = None
     if args.selected:
         sel = read_json(args.selected)
         if sel.get("experiment", args.experiment) != args.experiment:
-            raise UserError(f"{args.selected} belongs to experiment {sel['experiment']!r}, "
-                            f"not {args.experiment!r}")
+            raise UserError(
+                f"{args.selected} belongs to experiment {sel['experiment']!r}, not {args.experiment!r}"
+            )
         selected = sel["overrides"]
     seed = suite["seeds"][0] if args.seed is None else args.seed
-    cfg = C.resolve_run(suite, args.experiment, seed, point=args.point, selected=selected,
-                        overrides=overrides)
+    cfg = C.resolve_run(
+        suite, args.experiment, seed, point=args.point, selected=selected, overrides=overrides
+    )
     if args.out:
         out = Path(args.out)
     elif args.point:
@@ -156,8 +175,10 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
 def run(args: argparse.Namespace) -> int:
     cfg, out, meta = resolve_args(args)
     metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change)
-    print(f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
-          f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}")
+    print(
+        f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
+        f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}"
+    )
     return 0
 
 
@@ -184,7 +205,9 @@ def seed_everything(seed: int, device: torch.device) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    if device.type == "cuda":  # CPU kernels are deterministic already (and the switch costs seconds of imports)
+    if (
+        device.type == "cuda"
+    ):  # CPU kernels are deterministic already (and the switch costs seconds of imports)
         # must be set before cuBLAS starts for deterministic GPU matmuls
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # warn_only: a kernel without a deterministic version warns instead of stopping the run
@@ -199,10 +222,12 @@ def make_optimizer(cfg: C.RunConfig, model: PSRNN):
     if cfg.optimizer == "adamwr":
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                              weight_decay=cfg.weight_decay)
+        opt = torch.optim.SGD(
+            model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
     sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
-        opt, T_0=cfg.restart_epochs, T_mult=cfg.restart_mult)
+        opt, T_0=cfg.restart_epochs, T_mult=cfg.restart_mult
+    )
     return opt, sched
 
 
@@ -211,26 +236,15 @@ def init_steps(split: SequenceSplit) -> int:
     return max(2, round(float(split.lengths.double().mean()))) if len(split) else 2
 
 
-def draw_anchors(model: PSRNN, cfg: C.RunConfig, lengths: torch.Tensor,
-                 gen: torch.Generator) -> torch.Tensor | None:
+def draw_anchors(
+    model: PSRNN, cfg: C.RunConfig, lengths: torch.Tensor, gen: torch.Generator
+) -> torch.Tensor | None:
     if not model.has_aux:
         return None  # no draw: a baseline consumes no anchor randomness
     return sample_anchors(lengths, cfg.anchors, cfg.window, cfg.sampling, gen)
 
 
 # --- one epoch, one evaluation -----------------------------------------------------------
-
-
-@dataclass
-class Generators:
-    """Seeded CPU generators the run owns (saved in ckpt_last.pt)."""
-
-    shuffle: torch.Generator
-    anchors: torch.Generator
-
-    @classmethod
-    def seeded(cls, seed: int) -> "Generators":
-        return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1_000_003))
 
 
 def clip_gradients(params, max_norm: float) -> torch.Tensor:
@@ -244,36 +258,13 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     """
     grads = [p.grad for p in params if p.grad is not None]
     norm = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads]))
+        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads])
+    )
     if max_norm > 0:
         scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)  # no sync: stays on the device
         for g in grads:
             g.mul_(scale.to(g.dtype))
     return norm
-
-
-def batch_order(lengths: torch.Tensor, batch_size: int, bucket: int,
-                generator: torch.Generator) -> list[torch.Tensor]:
-    """One epoch's batches of sequence indices, in a seeded random order.
-
-    bucket 0: a random permutation cut into batches. bucket k > 0 (for text, where every
-    batch is padded to its longest sequence): the permutation is cut into pools of k
-    batches, each pool is sorted by length (stable) and cut into batches, and the batches
-    of all pools are shuffled. A batch then holds sequences of similar length, so little
-    of it is padding (IMDB at batch 128, pools of 50: mean padded length ~1.7K instead of
-    ~6K steps; tests/test_bench.py), while each pool is still a random draw. Sequences of one
-    length (images) have nothing to sort: bucket is then the same as 0. torch's samplers
-    have no length-bucketing sampler, hence this one.
-    """
-    order = torch.randperm(len(lengths), generator=generator)  # (N,)
-    if bucket <= 0 or len(lengths) == 0 or bool((lengths == lengths[0]).all()):
-        return list(order.split(batch_size))
-    batches = []
-    for pool in order.split(batch_size * bucket):
-        by_length = pool[torch.argsort(lengths[pool], stable=True)]
-        batches.extend(by_length.split(batch_size))
-    shuffle = torch.randperm(len(batches), generator=generator)
-    return [batches[i] for i in shuffle.tolist()]
 
 
 def clock(seconds: float) -> str:
@@ -285,15 +276,26 @@ def clock(seconds: float) -> str:
 def heartbeat_line(epoch: int, max_epochs: int, done: int, total: int, elapsed_s: float) -> str:
     """Progress inside an epoch: `done` of `total` steps after `elapsed_s` seconds."""
     rate = done / max(elapsed_s, 1e-9)  # steps/s
-    return (f"epoch {epoch}/{max_epochs} step {done}/{total} | {rate:.2f} steps/s | "
-            f"ETA {clock((total - done) / rate)}")
+    return (
+        f"epoch {epoch}/{max_epochs} step {done}/{total} | {rate:.2f} steps/s | "
+        f"ETA {clock((total - done) / rate)}"
+    )
 
 
-def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched,
-                gens: Generators, device: torch.device, epoch: int,
-                on_step: StepHook | None = None, bar: bool = False,
-                heartbeat: Callable[[str], None] | None = None,
-                heartbeat_s: float = HEARTBEAT_S) -> dict[str, float]:
+def train_epoch(
+    model: PSRNN,
+    split: SequenceSplit,
+    cfg: C.RunConfig,
+    opt,
+    sched,
+    gens: Generators,
+    device: torch.device,
+    epoch: int,
+    on_step: StepHook | None = None,
+    bar: bool = False,
+    heartbeat: Callable[[str], None] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> dict[str, float]:
     """One pass over `split` in a seeded random order; returns the epoch's mean losses.
 
     heartbeat: receives a heartbeat_line() at the first step at least heartbeat_s seconds
@@ -328,30 +330,29 @@ def train_epoch(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, opt, sched
             hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
             raise TrainingDiverged(
                 f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-                f"{len(batches)}; {hint} (last good checkpoint kept, no metrics written)")
+                f"{len(batches)}; {hint} (last good checkpoint kept, no metrics written)"
+            )
         opt.step()
         if sched is not None:
             sched.step(epoch - 1 + (step + 1) / len(batches))
         b = len(y)
-        sums += torch.stack([ce.detach() * b, aux_mean.detach() * b,
-                             (logits.argmax(-1) == y).sum()]).to(torch.float64)
+        sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, (logits.argmax(-1) == y).sum()]).to(
+            torch.float64
+        )
         if on_step is not None:
             on_step(epoch, step + 1, model)
         if heartbeat is not None:
             # the finite check's sync keeps the host within a step of the device
             now = time.monotonic()
             if now - last_beat >= heartbeat_s:
-                heartbeat(heartbeat_line(epoch, cfg.max_epochs, step + 1, len(batches),
-                                         now - start))
+                heartbeat(heartbeat_line(epoch, cfg.max_epochs, step + 1, len(batches), now - start))
                 last_beat = now
     ce_sum, aux_sum, correct = sums.tolist()
-    return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n,
-            "train_acc": correct / n}
+    return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
 
 
 @torch.no_grad()
-def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig,
-             device: torch.device) -> dict[str, float]:
+def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, device: torch.device) -> dict[str, float]:
     """Accuracy and per-sample mean losses on a split, anchors from a fixed-seed generator."""
     model.eval()
     gen = torch.Generator().manual_seed(EVAL_ANCHOR_SEED)
@@ -379,95 +380,6 @@ def capture(model: PSRNN, split: SequenceSplit, count: int, device: torch.device
     return hidden_states(model, x.to(device), lengths).float().cpu()
 
 
-# --- run state and checkpoints -----------------------------------------------------------
-
-
-@dataclass
-class RunState:
-    """What changes as a run goes; everything here is saved in ckpt_last.pt."""
-
-    epoch: int = 0  # completed training epochs
-    history: list[dict[str, float]] = field(default_factory=list)
-    best_valid_acc: float = -1.0
-    best_epoch: int = 0
-    since_best: int = 0  # epochs without a new best validation accuracy
-    stopped: str | None = None  # "early_stopping" | "max_epochs" once training is over
-    best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
-    captures: dict[int, torch.Tensor] = field(default_factory=dict)  # epoch -> (S, T, d)
-    train_time_s: float = 0.0  # time in training passes (for samples_per_s)
-    wall_time_s: float = 0.0  # all sessions together
-
-
-def rng_state(gens: Generators) -> dict[str, Any]:
-    np_name, np_keys, np_pos, np_gauss, np_cached = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": (np_name, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_gauss, np_cached),
-        "python": random.getstate(),
-        "shuffle": gens.shuffle.get_state(),
-        "anchors": gens.anchors.get_state(),
-    }
-
-
-def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    name, keys, pos, gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, gauss, cached))
-    random.setstate(state["python"])
-    gens.shuffle.set_state(state["shuffle"])
-    gens.anchors.set_state(state["anchors"])
-
-
-def data_identity(cfg: C.RunConfig) -> str:
-    """md5 of the prepared dataset's manifest.json: it records the sources' md5s, the
-    preparation options and the resulting counts and lengths, so re-prepared data with
-    other settings has another identity (a checkpoint is only resumed on the same data)."""
-    return md5sum(Path(cfg.data_dir) / "manifest.json")
-
-
-def save_last(path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sched,
-              gens: Generators, data: str) -> None:
-    torch_save(path, {
-        "config": cfg.to_dict(), "data_manifest_md5": data, "psrnn_version": __version__,
-        "model": model.state_dict(), "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict() if sched is not None else None,
-        "rng": rng_state(gens),
-        "state": {**vars(st)},
-    })
-
-
-def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside).
-    A setting the checkpoint lacks (added to RunConfig later) counts as its default."""
-    saved = {**C.RunConfig().to_dict(), **saved}
-    keys = sorted((set(saved) | set(wanted)) - set(RESUME_EXEMPT))
-    return [f"{k} (checkpoint {saved.get(k)!r}, requested {wanted.get(k)!r})"
-            for k in keys if saved.get(k) != wanted.get(k)]
-
-
-def load_last(path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators,
-              data: str) -> RunState:
-    # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    diff = config_differences(ckpt["config"], cfg.to_dict())
-    saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
-    if saved_data is not None and saved_data != data:
-        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
-    if diff:
-        raise ConfigChanged(path, diff)
-    model.load_state_dict(ckpt["model"])
-    opt.load_state_dict(ckpt["optimizer"])
-    if sched is not None:
-        sched.load_state_dict(ckpt["scheduler"])
-    set_rng_state(ckpt["rng"], gens)
-    st = RunState(**ckpt["state"])
-    st.captures = {int(k): v for k, v in st.captures.items()}
-    return st
-
-
 # --- outputs -----------------------------------------------------------------------------
 
 
@@ -486,29 +398,43 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def capture_arrays(split: SequenceSplit, st: RunState, count: int, shared_units: int) -> dict[str, np.ndarray]:
+def capture_arrays(
+    split: SequenceSplit, st: RunState, count: int, shared_units: int
+) -> dict[str, np.ndarray]:
     """hidden_states.npz contents (see the metrics contract)."""
     x, _, y = split.batch(torch.arange(min(count, len(split))))
     x = x.float()[..., None] if split.categorical else x.float()  # (S, T, F)
     epochs = sorted(st.captures)
-    states = (torch.stack([st.captures[e] for e in epochs]) if epochs
-              else torch.zeros(0, *x.shape[:2], 0))  # (E, S, T, d)
-    return {"epochs": np.asarray(epochs, dtype=np.int64), "states": states.numpy().astype(np.float32),
-            "x": x.numpy().astype(np.float32), "y": y.numpy().astype(np.int64),
-            "shared_units": np.int64(shared_units)}
+    states = (
+        torch.stack([st.captures[e] for e in epochs]) if epochs else torch.zeros(0, *x.shape[:2], 0)
+    )  # (E, S, T, d)
+    return {
+        "epochs": np.asarray(epochs, dtype=np.int64),
+        "states": states.numpy().astype(np.float32),
+        "x": x.numpy().astype(np.float32),
+        "y": y.numpy().astype(np.int64),
+        "shared_units": np.int64(shared_units),
+    }
 
 
-def header(out_dir: Path, device: torch.device, model: PSRNN, splits: dict[str, SequenceSplit],
-           resumed_after: int | None) -> str:
+def header(
+    out_dir: Path,
+    device: torch.device,
+    model: PSRNN,
+    splits: dict[str, SequenceSplit],
+    resumed_after: int | None,
+) -> str:
     """The log's first line: where the run trains, how big it is, and where it starts."""
     if device.type == "cuda" and device.index is None:  # "auto": the current GPU
         device = torch.device("cuda", torch.cuda.current_device())
     n = count_params(model)
     start = "fresh start" if resumed_after is None else f"resumed after epoch {resumed_after}"
-    return (f"run {out_dir}: device {device} ({device_name(device)}) | params {n['params']:,} "
-            f"(main {n['params_main']:,}, head {n['params_head']:,}, aux decoders "
-            f"{n['params_aux']:,}) | train {len(splits['train'])} / valid {len(splits['valid'])} "
-            f"/ test {len(splits['test'])} sequences | {start}")
+    return (
+        f"run {out_dir}: device {device} ({device_name(device)}) | params {n['params']:,} "
+        f"(main {n['params_main']:,}, head {n['params_head']:,}, aux decoders "
+        f"{n['params_aux']:,}) | train {len(splits['train'])} / valid {len(splits['valid'])} "
+        f"/ test {len(splits['test'])} sequences | {start}"
+    )
 
 
 def divergence(history: list[dict[str, float]], first_loss: float) -> dict[str, Any] | None:
@@ -522,17 +448,22 @@ def divergence(history: list[dict[str, float]], first_loss: float) -> dict[str, 
     """
     for row in history:
         if row["train_main_loss"] > DIVERGENCE_FACTOR * first_loss:
-            return {"epoch": row["epoch"], "train_loss": row["train_main_loss"],
-                    "first_loss": first_loss}
+            return {"epoch": row["epoch"], "train_loss": row["train_main_loss"], "first_loss": first_loss}
     return None
 
 
 # --- the run -----------------------------------------------------------------------------
 
 
-def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = None,
-          on_step: StepHook | None = None, log: Callable[[str], None] | None = None,
-          restart_on_change: bool = False, heartbeat_s: float = HEARTBEAT_S) -> dict[str, Any]:
+def train(
+    cfg: C.RunConfig,
+    out_dir: str | Path,
+    meta: dict[str, Any] | None = None,
+    on_step: StepHook | None = None,
+    log: Callable[[str], None] | None = None,
+    restart_on_change: bool = False,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> dict[str, Any]:
     """Train (or resume, or return) one run; returns its metrics (also in metrics.json).
 
     meta: experiment, config_name, point for metrics.json. on_step: called after every
@@ -557,8 +488,9 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
     seed_everything(cfg.seed, device)
     num_classes = int(manifest["num_classes"])
     first_loss = math.log(num_classes)  # an untrained classifier predicts ~uniformly
-    model = build_model(cfg, manifest["input"], int(manifest["features"]), num_classes,
-                        steps=init_steps(splits["train"])).to(device)
+    model = build_model(
+        cfg, manifest["input"], int(manifest["features"]), num_classes, steps=init_steps(splits["train"])
+    ).to(device)
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
     st = None
@@ -568,8 +500,9 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
         except ConfigChanged as err:
             if not restart_on_change:
                 raise
-            log(f"starting over: {err.path} was written with a different config: "
-                f"{'; '.join(err.differences)}")
+            log(
+                f"starting over: {err.path} was written with a different config: {'; '.join(err.differences)}"
+            )
     log(header(out_dir, device, model, splits, None if st is None else st.epoch))
     if st is None:
         st = RunState()
@@ -588,19 +521,29 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
         epoch = st.epoch + 1
         t0 = time.perf_counter()
         beat = None if bar else log  # the bar shows progress itself
-        row = {"epoch": epoch, **train_epoch(model, splits["train"], cfg, opt, sched, gens,
-                                             device, epoch, on_step, bar, beat, heartbeat_s)}
+        row = {
+            "epoch": epoch,
+            **train_epoch(
+                model, splits["train"], cfg, opt, sched, gens, device, epoch, on_step, bar, beat, heartbeat_s
+            ),
+        }
         st.train_time_s += time.perf_counter() - t0
         valid = evaluate(model, splits["valid"], cfg, device)
-        row.update(valid_main_loss=valid["main_loss"], valid_aux_loss=valid["aux_loss"],
-                   valid_acc=valid["acc"], epoch_time_s=time.perf_counter() - t0)
+        row.update(
+            valid_main_loss=valid["main_loss"],
+            valid_aux_loss=valid["aux_loss"],
+            valid_acc=valid["acc"],
+            epoch_time_s=time.perf_counter() - t0,
+        )
         st.history.append(row)
         st.epoch = epoch
         if valid["acc"] > st.best_valid_acc:
             st.best_valid_acc, st.best_epoch, st.since_best = valid["acc"], epoch, 0
             st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            torch_save(out_dir / "ckpt_best.pt", {"config": cfg.to_dict(), "epoch": epoch,
-                                                  "valid_acc": valid["acc"], "model": st.best_model})
+            torch_save(
+                out_dir / "ckpt_best.pt",
+                {"config": cfg.to_dict(), "epoch": epoch, "valid_acc": valid["acc"], "model": st.best_model},
+            )
         else:
             st.since_best += 1
         if epoch in cfg.capture_epochs:
@@ -613,23 +556,46 @@ def train(cfg: C.RunConfig, out_dir: str | Path, meta: dict[str, Any] | None = N
         session_start = time.perf_counter()
         write_text(out_dir / "history.csv", history_csv(st.history))
         save_last(last_path, cfg, st, model, opt, sched, gens, data)
-        log(f"epoch {epoch}/{cfg.max_epochs} lr {row['lr']:.4g} | train ce {row['train_main_loss']:.4f} "
+        log(
+            f"epoch {epoch}/{cfg.max_epochs} lr {row['lr']:.4g} | train ce {row['train_main_loss']:.4f} "
             f"aux {row['train_aux_loss']:.4f} acc {row['train_acc']:.4f} | valid ce "
             f"{row['valid_main_loss']:.4f} aux {row['valid_aux_loss']:.4f} acc {row['valid_acc']:.4f} "
-            f"| {row['epoch_time_s']:.1f}s | best {st.best_valid_acc:.4f} @ {st.best_epoch}")
+            f"| {row['epoch_time_s']:.1f}s | best {st.best_valid_acc:.4f} @ {st.best_epoch}"
+        )
         flag = divergence(st.history, first_loss)
         if flag is not None and flag["epoch"] == epoch:  # once, at the epoch that crossed
-            log(f"diverged: epoch {epoch} train loss {flag['train_loss']:.4g} > "
+            log(
+                f"diverged: epoch {epoch} train loss {flag['train_loss']:.4g} > "
                 f"{DIVERGENCE_FACTOR:g} x first loss {first_loss:.4f} (ln {num_classes}, the "
-                f"loss at initialisation); lower lr; the run goes on")
+                f"loss at initialisation); lower lr; the run goes on"
+            )
 
-    return finish(cfg, out_dir, meta or {}, st, model, splits, device, session_start,
-                  divergence(st.history, first_loss), log)
+    return finish(
+        cfg,
+        out_dir,
+        meta or {},
+        st,
+        model,
+        splits,
+        device,
+        session_start,
+        divergence(st.history, first_loss),
+        log,
+    )
 
 
-def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, model: PSRNN,
-           splits: dict[str, SequenceSplit], device: torch.device, session_start: float,
-           diverged: dict[str, Any] | None, log: Callable[[str], None]) -> dict[str, Any]:
+def finish(
+    cfg: C.RunConfig,
+    out_dir: Path,
+    meta: dict[str, Any],
+    st: RunState,
+    model: PSRNN,
+    splits: dict[str, SequenceSplit],
+    device: torch.device,
+    session_start: float,
+    diverged: dict[str, Any] | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json."""
     model.load_state_dict(st.best_model)
     test = evaluate(model, splits["test"], cfg, device)
@@ -638,23 +604,37 @@ def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, 
     k = min(GRAD_NORM_SEQUENCES, len(splits["test"]))
     x, lengths, y = splits["test"].batch(torch.arange(k))
     anchors = draw_anchors(model, cfg, lengths, torch.Generator().manual_seed(EVAL_ANCHOR_SEED))
-    write_npz(out_dir / "grad_norms.npz",
-              grad_norms(model, x.to(device), lengths, y, anchors, cfg.aux_weight))
+    write_npz(
+        out_dir / "grad_norms.npz", grad_norms(model, x.to(device), lengths, y, anchors, cfg.aux_weight)
+    )
     if cfg.capture_epochs:
-        write_npz(out_dir / "hidden_states.npz",
-                  capture_arrays(splits["test"], st, cfg.capture_samples, model.shared_units))
+        write_npz(
+            out_dir / "hidden_states.npz",
+            capture_arrays(splits["test"], st, cfg.capture_samples, model.shared_units),
+        )
 
     last = st.history[-1]
     wall = st.wall_time_s + time.perf_counter() - session_start
     metrics = {
-        "experiment": meta.get("experiment"), "config_name": meta.get("config_name"),
-        "seed": cfg.seed, "point": meta.get("point"), "dataset": cfg.dataset,
-        "test_acc": test["acc"], "best_valid_acc": st.best_valid_acc, "best_epoch": st.best_epoch,
-        "epochs_run": st.epoch, "stopped": st.stopped, "diverged": diverged,
-        "test_main_loss": test["main_loss"], "test_aux_loss": test["aux_loss"],
-        "valid_main_loss": best["valid_main_loss"], "valid_aux_loss": best["valid_aux_loss"],
-        "train_main_loss": last["train_main_loss"], "train_aux_loss": last["train_aux_loss"],
-        **count_params(model), "shared_units": model.shared_units,
+        "experiment": meta.get("experiment"),
+        "config_name": meta.get("config_name"),
+        "seed": cfg.seed,
+        "point": meta.get("point"),
+        "dataset": cfg.dataset,
+        "test_acc": test["acc"],
+        "best_valid_acc": st.best_valid_acc,
+        "best_epoch": st.best_epoch,
+        "epochs_run": st.epoch,
+        "stopped": st.stopped,
+        "diverged": diverged,
+        "test_main_loss": test["main_loss"],
+        "test_aux_loss": test["aux_loss"],
+        "valid_main_loss": best["valid_main_loss"],
+        "valid_aux_loss": best["valid_aux_loss"],
+        "train_main_loss": last["train_main_loss"],
+        "train_aux_loss": last["train_aux_loss"],
+        **count_params(model),
+        "shared_units": model.shared_units,
         "wall_time_s": wall,
         "samples_per_s": len(splits["train"]) * st.epoch / max(st.train_time_s, 1e-9),
         **environment(device),
@@ -662,6 +642,8 @@ def finish(cfg: C.RunConfig, out_dir: Path, meta: dict[str, Any], st: RunState, 
     }
     write_json(out_dir / "metrics.json", metrics)
     note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
-    log(f"done: test acc {test['acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
-        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})")
+    log(
+        f"done: test acc {test['acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})"
+    )
     return metrics

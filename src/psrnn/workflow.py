@@ -2,7 +2,7 @@
 
     snakemake -n                                           # the paper config (default)
     snakemake --cores 2 --configfile config/small.yaml     # the small config, end to end
-    python -m psrnn.workflow params config/paper.yaml      # our parameter counts vs the paper's
+    python -m psrnn config config/paper.yaml --params      # our parameter counts vs the paper's
 
 The Snakefile stays declarative; every path list and parameter it needs comes from these
 functions. They take the validated suite config (a dict) and return paths relative to
@@ -18,11 +18,9 @@ validated here and handed to every `python -m psrnn` command.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +39,9 @@ TRAIN_RETRIES = 2
 # --- which config --------------------------------------------------------------------------
 
 
-def suite_path(cli_configfiles: list[str | Path], default: str | Path,
-               cli_config: dict[str, Any] | None = None) -> Path:
+def suite_path(
+    cli_configfiles: list[str | Path], default: str | Path, cli_config: dict[str, Any] | None = None
+) -> Path:
     """The suite config file of this Snakemake run: the last `--configfile`, else `default`.
 
     `--config key=value` is refused: the `python -m psrnn` commands read the file, so a
@@ -54,7 +53,8 @@ def suite_path(cli_configfiles: list[str | Path], default: str | Path,
         raise C.ConfigError(
             f"snakemake --config {keys}: not supported; the jobs read the suite config file, "
             f"so write the change into a config file (it may `extends:` another) and pass "
-            f"it with --configfile")
+            f"it with --configfile"
+        )
     return Path(cli_configfiles[-1] if cli_configfiles else default)
 
 
@@ -94,8 +94,10 @@ def search_metrics(cfg: dict[str, Any], experiment: str) -> list[str]:
     """metrics.json of every grid point of `experiment` ([] without a grid)."""
     if not C.has_grid(cfg, experiment):
         return []
-    return [f"{C.search_dir(cfg, experiment, pid)}/metrics.json"
-            for pid, _ in C.grid_points(cfg["experiments"][experiment])]
+    return [
+        f"{C.search_dir(cfg, experiment, pid)}/metrics.json"
+        for pid, _ in C.grid_points(cfg["experiments"][experiment])
+    ]
 
 
 def selection(cfg: dict[str, Any], experiment: str) -> str:
@@ -108,8 +110,7 @@ def run_metrics(cfg: dict[str, Any], experiment: str, seed: int) -> str:
 
 def final_metrics(cfg: dict[str, Any]) -> list[str]:
     """metrics.json of every final run: enabled experiments x seeds."""
-    return [run_metrics(cfg, exp, seed)
-            for exp in C.enabled_experiments(cfg) for seed in cfg["seeds"]]
+    return [run_metrics(cfg, exp, seed) for exp in C.enabled_experiments(cfg) for seed in cfg["seeds"]]
 
 
 def compile_outputs(cfg: dict[str, Any]) -> list[str]:
@@ -225,8 +226,7 @@ def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
 def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
     """Everything a dataset's download and preparation depend on, as stable JSON: a Snakemake
     param, so editing it re-runs exactly that dataset's jobs and what follows."""
-    return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]},
-                      sort_keys=True)
+    return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]}, sort_keys=True)
 
 
 def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
@@ -318,7 +318,7 @@ def local_gpu_slots() -> int:
 IMAGE_BUILD = {  # how to build the images the configs name (containers/README.md)
     "containers/psrnn.sif": "apptainer build containers/psrnn.sif containers/psrnn.def",
     "containers/psrnn-cpu.sif": "apptainer build --build-arg TORCH=cpu "
-                                "containers/psrnn-cpu.sif containers/psrnn.def",
+    "containers/psrnn-cpu.sif containers/psrnn.def",
 }
 
 
@@ -335,8 +335,10 @@ def check_image(image: str | None, basedir: str | Path) -> None:
         return  # no container, or one Apptainer pulls itself (docker://, library://, oras://)
     if not (Path(basedir) / image).is_file() and not Path(image).is_file():
         build = IMAGE_BUILD.get(image, "see containers/README.md")
-        raise C.ConfigError(f"--use-singularity: image {image} not found; build it first: "
-                            f"{build} (needs Apptainer >= 1.2; containers/README.md)")
+        raise C.ConfigError(
+            f"--use-singularity: image {image} not found; build it first: "
+            f"{build} (needs Apptainer >= 1.2; containers/README.md)"
+        )
 
 
 def apptainer_args(args: str, cfg: dict[str, Any]) -> str:
@@ -347,8 +349,7 @@ def apptainer_args(args: str, cfg: dict[str, Any]) -> str:
     if "--nv" not in words:
         words.append("--nv")
     here = Path.cwd().resolve()
-    for root in (C.data_root(cfg), C.results_root(cfg), C.data_root(cfg).parent,
-                 C.results_root(cfg).parent):
+    for root in (C.data_root(cfg), C.results_root(cfg), C.data_root(cfg).parent, C.results_root(cfg).parent):
         real = root.resolve()
         if root.exists() and not real.is_relative_to(here) and str(real) not in words:
             words += ["--bind", str(real)]
@@ -359,9 +360,11 @@ def shell_prefix(suite: str | Path, basedir: str | Path, cfg: dict[str, Any]) ->
     """The Snakefile's shell.prefix: strict bash, the suite config ($PSRNN_CONFIG), this
     checkout's src/ first on PYTHONPATH, the config's job_env. Paths are shell-quoted (a
     config path may hold an apostrophe) and braces doubled (Snakemake formats the prefix)."""
-    prefix = (f"set -euo pipefail; export PSRNN_CONFIG={shlex.quote(shown(suite))}; "
-              f"export PYTHONPATH={shlex.quote(str(Path(basedir) / 'src'))}"
-              "${PYTHONPATH:+:$PYTHONPATH}; " + job_env(cfg))
+    prefix = (
+        f"set -euo pipefail; export PSRNN_CONFIG={shlex.quote(shown(suite))}; "
+        f"export PYTHONPATH={shlex.quote(str(Path(basedir) / 'src'))}"
+        "${PYTHONPATH:+:$PYTHONPATH}; " + job_env(cfg)
+    )
     return prefix.replace("{", "{{").replace("}", "}}")
 
 
@@ -378,13 +381,15 @@ def container(cfg: dict[str, Any]) -> str | None:
 
 # --- parameter counts ------------------------------------------------------------------------
 
+
 def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
     """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
     a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
     from psrnn.models import param_counts
 
-    paper = {row["id"]: row.get("params")
-             for table in ("table2", "table4") for row in reference.get(table, [])}
+    paper = {
+        row["id"]: row.get("params") for table in ("table2", "table4") for row in reference.get(table, [])
+    }
     rows = []
     for name, exp in cfg["experiments"].items():
         if exp.get("ref") not in paper or paper[exp["ref"]] is None:
@@ -393,49 +398,17 @@ def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str
         ds = REGISTRY[run.dataset]  # the input's shape; a text alphabet may be set by the config
         features = ds.input_features(cfg["datasets"][run.dataset].get("prepare"))
         ours = param_counts(run, ds.input, features, ds.classes)["params"]
-        rows.append({"experiment": name, "ref": exp["ref"], "hidden": run.hidden,
-                     "ours": ours, "paper": paper[exp["ref"]],
-                     "ratio": ours / paper[exp["ref"]]})
+        rows.append(
+            {
+                "experiment": name,
+                "ref": exp["ref"],
+                "hidden": run.hidden,
+                "ours": ours,
+                "paper": paper[exp["ref"]],
+                "ratio": ours / paper[exp["ref"]],
+            }
+        )
     return rows
-
-
-# --- the paper rule: `python -m psrnn paper --config <suite.yaml>` ---------------------------
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="suite config (YAML)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build paper/main.tex against the compiled tables and figures (psrnn.results.paper;
-    the config's `latex:` decides whether a missing latexmk skips or fails) without
-    compiling again, so the paper job never rewrites the compile job's outputs."""
-    from psrnn.results.paper import build_paper, report_status
-
-    cfg = C.load_suite(args.config)
-    return report_status(build_paper(cfg, C.results_root(cfg)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m psrnn.workflow params <suite.yaml>`: our parameter counts vs the paper's."""
-    import yaml
-
-    p = argparse.ArgumentParser(prog="python -m psrnn.workflow", description=main.__doc__)
-    p.add_argument("what", choices=["params"])
-    p.add_argument("config", help="suite config (YAML)")
-    args = p.parse_args(argv)
-    cfg = C.load_suite(args.config)
-    with open(C.ROOT / "config" / "reference.yaml") as fh:
-        reference = yaml.safe_load(fh)
-    print(f"{'experiment':28s} {'ref':34s} {'hidden':>6s} {'ours':>11s} {'paper':>11s} ratio")
-    for r in param_table(cfg, reference):
-        print(f"{r['experiment']:28s} {r['ref']:34s} {r['hidden']:6d} {r['ours']:11,d} "
-              f"{r['paper']:11,d} {r['ratio']:.3f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # --- DVC's params.yaml ------------------------------------------------------------------------

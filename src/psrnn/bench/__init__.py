@@ -50,7 +50,7 @@ from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
 from psrnn.bench.pipeline import bench_prepare, bench_snakemake
 from psrnn.bench.report import SCHEMA, SECTIONS, merge, targets, to_markdown
 from psrnn.bench.speed import FULL, GPU_REPEATS, QUICK, Settings, bench_options, bench_train, ratios
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 from psrnn.files import read_json, write_json, write_text
 from psrnn.machine import bench_environment, load_average
 
@@ -58,28 +58,45 @@ from psrnn.machine import bench_environment, load_average
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true",
-                   help="tiny shapes, 1-2 repeats, small data (CI: checks the output is well formed)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny shapes, 1-2 repeats, small data (CI: checks the output is well formed)",
+    )
     p.add_argument("--out", help="output folder (default results/bench, or results/bench/quick with --quick)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)} (default all)")
     p.add_argument("--shapes", help=f"comma-separated shapes for train: {','.join(SHAPES)} (default all)")
-    p.add_argument("--config", help="suite config for budget and snakemake "
-                                     "(default config/paper.yaml; config/small.yaml with --quick)")
+    p.add_argument(
+        "--config",
+        help="suite config for budget and snakemake "
+        "(default config/paper.yaml; config/small.yaml with --quick)",
+    )
     p.add_argument("--warmup", type=int, help="warm-up steps per measurement")
     p.add_argument("--repeats", type=int, help="timed steps per measurement")
     p.add_argument("--batch", type=int, help=f"train/options batch size (default {FULL.batch})")
-    p.add_argument("--threads", type=int,
-                   help="CPU threads per measurement (default: all cores; 1 with --quick)")
-    p.add_argument("--isolate", choices=("auto", "on", "off"), default="auto",
-                   help="one fresh process per CPU measurement, for clean peak RSS "
-                        "(auto: on for a full CPU run)")
-    p.add_argument("--compile-cpu", action="store_true",
-                   help="also time torch.compile on CPU (slow to compile)")
-    p.add_argument("--budget-batch", type=int,
-                   help="time budget steps at this batch and scale linearly (default: 32 on CPU)")
-    p.add_argument("--merge", action="store_true",
-                   help="keep the sections of an existing output that this run does not redo")
+    p.add_argument(
+        "--threads", type=int, help="CPU threads per measurement (default: all cores; 1 with --quick)"
+    )
+    p.add_argument(
+        "--isolate",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="one fresh process per CPU measurement, for clean peak RSS (auto: on for a full CPU run)",
+    )
+    p.add_argument(
+        "--compile-cpu", action="store_true", help="also time torch.compile on CPU (slow to compile)"
+    )
+    p.add_argument(
+        "--budget-batch",
+        type=int,
+        help="time budget steps at this batch and scale linearly (default: 32 on CPU)",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the sections of an existing output that this run does not redo",
+    )
     p.add_argument("--note", action="append", default=[], help="a line recorded in the output (repeatable)")
 
 
@@ -144,14 +161,22 @@ def run(args: argparse.Namespace) -> int:
     write_json(json_path, result)
     write_text(out_dir / f"{device_slug}.md", to_markdown(result))
     for t in result["targets"]:
-        print(f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
-              + ("" if t["measured"] is None else f" (measured {t['measured']:.2f} {t['unit']})"))
+        print(
+            f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
+            + ("" if t["measured"] is None else f" (measured {t['measured']:.2f} {t['unit']})")
+        )
     print(f"wrote {json_path} and {json_path.with_suffix('.md')} ({result['total_s']:.0f}s)")
     return 0
 
 
-def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, sections: list[str],
-              shapes: list[Shape], config_path: Path) -> dict[str, Any]:
+def benchmark(
+    args: argparse.Namespace,
+    device: torch.device,
+    s: Settings,
+    sections: list[str],
+    shapes: list[Shape],
+    config_path: Path,
+) -> dict[str, Any]:
     """Run the chosen sections; returns the whole result (what the JSON holds)."""
     quick = args.quick
     isolate = {"on": True, "off": False}.get(args.isolate, device.type == "cpu" and not quick)
@@ -163,15 +188,26 @@ def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, secti
     env = bench_environment(device)
     seq_len = (lambda sh: min(QUICK_LEN, sh.seq_len)) if quick else (lambda sh: sh.seq_len)
     result: dict[str, Any] = {
-        "schema": SCHEMA, "quick": quick, "command": command_line(args), "sections": sections,
-        "environment": env, "load_average": {"start": load_average(), "end": None},
-        "settings": {**vars(s), "tasks": list(s.tasks), "batches": list(s.batches),
-                     "shapes": [sh.dataset for sh in shapes], "isolate": isolate},
+        "schema": SCHEMA,
+        "quick": quick,
+        "command": command_line(args),
+        "sections": sections,
+        "environment": env,
+        "load_average": {"start": load_average(), "end": None},
+        "settings": {
+            **vars(s),
+            "tasks": list(s.tasks),
+            "batches": list(s.batches),
+            "shapes": [sh.dataset for sh in shapes],
+            "isolate": isolate,
+        },
         "memory_method": PeakMemory(device).method + (" (fresh process per measurement)" if isolate else ""),
         "notes": list(args.note),
     }
-    log(f"bench on {env['device_name']} ({env['device_slug']}), sections {', '.join(sections)}"
-        + (" [quick]" if quick else ""))
+    log(
+        f"bench on {env['device_name']} ({env['device_slug']}), sections {', '.join(sections)}"
+        + (" [quick]" if quick else "")
+    )
     suite = C.load_suite(config_path) if {"budget", "snakemake"} & set(sections) else None
     t_all = time.perf_counter()
 
@@ -201,8 +237,13 @@ def benchmark(args: argparse.Namespace, device: torch.device, s: Settings, secti
         result["snakemake"] = sm
         log(f"snakemake -n {config_path}: {sm.get('seconds', 0):.1f}s ({sm['status']})")
 
-    steps = {"train": do_train, "options": do_options, "prepare": do_prepare,
-             "budget": do_budget, "snakemake": do_snakemake}
+    steps = {
+        "train": do_train,
+        "options": do_options,
+        "prepare": do_prepare,
+        "budget": do_budget,
+        "snakemake": do_snakemake,
+    }
     result["errors"] = {}
     for name in sections:
         try:

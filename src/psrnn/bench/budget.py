@@ -27,8 +27,7 @@ from psrnn.files import read_json
 
 # Official training-set sizes the prepared splits are cut from. IMDB: the training reviews
 # left after the 500-character filter (paper Table 1: 20K train + 2.2K valid).
-OFFICIAL_TRAIN = {"mnist": 60_000, "fmnist": 60_000, "cifar10": 50_000, "imdb": 22_200,
-                  "dbpedia": 560_000}
+OFFICIAL_TRAIN = {"mnist": 60_000, "fmnist": 60_000, "cifar10": 50_000, "imdb": 22_200, "dbpedia": 560_000}
 IMAGE_SIDE = {"mnist": 28, "fmnist": 28, "cifar10": 32}
 IMAGE_FEATURES = {"mnist": 1, "fmnist": 1, "cifar10": 3}
 NUM_CLASSES = {"mnist": 10, "fmnist": 10, "cifar10": 10, "imdb": 2, "dbpedia": 14}
@@ -44,8 +43,7 @@ def paper_table1(dataset: str) -> dict[str, Any]:
     return next(row for row in ref["table1"] if row["dataset"] == dataset)
 
 
-def split_sizes(dataset: str, opts: dict[str, Any],
-                manifest: dict[str, Any] | None) -> tuple[int, int, str]:
+def split_sizes(dataset: str, opts: dict[str, Any], manifest: dict[str, Any] | None) -> tuple[int, int, str]:
     """(train, valid, source): sequences per epoch from the prepared manifest when there is
     one, else what `prepare` would cut from the official set with these options, else
     (prepare not importable, e.g. no torchvision on a bare GPU box) the paper's Table 1."""
@@ -63,8 +61,9 @@ def split_sizes(dataset: str, opts: dict[str, Any],
     return min(train, o["train"] or train), min(valid, o["valid"] or valid), "official dataset sizes"
 
 
-def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
-                 rng: np.random.Generator) -> tuple[np.ndarray, str]:
+def text_lengths(
+    dataset: str, opts: dict[str, Any], prepared: Path | None, rng: np.random.Generator
+) -> tuple[np.ndarray, str]:
     """(lengths of training texts, where they come from): the prepared train split when it
     exists, else the length model (fixtures.IMDB_LOGN, DBPEDIA_LOGN) after the same filter
     and cut."""
@@ -76,8 +75,10 @@ def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
 
         o = resolve_options(dataset, opts)
     except ImportError:  # the paper's filter (IMDB >= 500 characters), no cut
-        o = {"min_chars": opts.get("min_chars", 500 if dataset == "imdb" else 0),
-             "max_length": opts.get("max_length")}
+        o = {
+            "min_chars": opts.get("min_chars", 500 if dataset == "imdb" else 0),
+            "max_length": opts.get("max_length"),
+        }
     if dataset == "imdb":
         lengths = imdb_lengths(200_000, rng)
         source = "IMDB length model (log-normal, psrnn.data.fixtures.IMDB_LOGN)"
@@ -91,8 +92,9 @@ def text_lengths(dataset: str, opts: dict[str, Any], prepared: Path | None,
     return lengths, source
 
 
-def padded_length(lengths: np.ndarray, batch: int, bucket: int, n: int, seed: int = 0,
-                  epochs: int = 3) -> int:
+def padded_length(
+    lengths: np.ndarray, batch: int, bucket: int, n: int, seed: int = 0, epochs: int = 3
+) -> int:
     """Mean padded length of a training batch: training pads each batch to its longest text
     and the main GRU runs over all of it. Simulated with training's own batch order
     (`training.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
@@ -137,32 +139,65 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                     lengths, src = text_lengths(ds, opts, prepared, rng)
                     cache[key] = (padded_length(lengths, cfg.batch_size, cfg.bucket, train_n), src)
                 seq_len, length_source = cache[key]
-                features = manifest["features"] if manifest else opts.get(
-                    "alphabet_size", 60 if ds == "imdb" else 70)
+                features = (
+                    manifest["features"]
+                    if manifest
+                    else opts.get("alphabet_size", 60 if ds == "imdb" else 70)
+                )
                 kind = "categorical"
-            rows.append({
-                "experiment": name, "point": pid, "dataset": ds, "enabled": ds in enabled,
-                "sizes_source": sizes_source,
-                "seq_len": seq_len, "length_source": length_source, "features": features,
-                "input": kind, "hidden": cfg.hidden, "shared": cfg.shared,
-                "shared_units": cfg.shared_units if cfg.has_aux else 0,
-                "tasks": list(cfg.tasks), "anchors": cfg.anchors, "window": cfg.window,
-                "batch": cfg.batch_size, "embedding": cfg.embedding,
-                "decoder_layers": cfg.decoder_layers, "decoder_input": cfg.decoder_input,
-                "head": cfg.head, "max_epochs": cfg.max_epochs, "train_n": train_n,
-                "valid_n": valid_n, "seeds": len(suite["seeds"]), "search": pid is not None,
-            })
+            rows.append(
+                {
+                    "experiment": name,
+                    "point": pid,
+                    "dataset": ds,
+                    "enabled": ds in enabled,
+                    "sizes_source": sizes_source,
+                    "seq_len": seq_len,
+                    "length_source": length_source,
+                    "features": features,
+                    "input": kind,
+                    "hidden": cfg.hidden,
+                    "shared": cfg.shared,
+                    "shared_units": cfg.shared_units if cfg.has_aux else 0,
+                    "tasks": list(cfg.tasks),
+                    "anchors": cfg.anchors,
+                    "window": cfg.window,
+                    "batch": cfg.batch_size,
+                    "embedding": cfg.embedding,
+                    "decoder_layers": cfg.decoder_layers,
+                    "decoder_input": cfg.decoder_input,
+                    "head": cfg.head,
+                    "max_epochs": cfg.max_epochs,
+                    "train_n": train_n,
+                    "valid_n": valid_n,
+                    "seeds": len(suite["seeds"]),
+                    "search": pid is not None,
+                }
+            )
     return rows
 
 
 def shape_key(row: dict[str, Any]) -> tuple:
-    keys = ("dataset", "seq_len", "features", "input", "hidden", "shared", "tasks", "anchors",
-            "window", "batch", "embedding", "decoder_layers", "decoder_input", "head")
+    keys = (
+        "dataset",
+        "seq_len",
+        "features",
+        "input",
+        "hidden",
+        "shared",
+        "tasks",
+        "anchors",
+        "window",
+        "batch",
+        "embedding",
+        "decoder_layers",
+        "decoder_input",
+        "head",
+    )
     return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in keys)
 
 
-def budget_lengths(seq_len: int, window: int, anchors: int, device: torch.device,
-                   quick: bool) -> list[int]:
+def budget_lengths(seq_len: int, window: int, anchors: int, device: torch.device, quick: bool) -> list[int]:
     """Sequence lengths to time a shape at: the real one on a GPU; on CPU (or --quick) two
     shorter ones, extrapolated linearly (step time = a + b * T: the main GRU is linear in T,
     the decoders' cost does not depend on T; a 4x lever arm keeps timing noise small)."""
@@ -185,9 +220,15 @@ def extrapolate(points: list[tuple[int, float]], seq_len: int) -> float:
     return s2 + slope * (seq_len - t2)
 
 
-def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
-                 batch_cap: int | None, repeats: tuple[int, int],
-                 log: Callable[[str], None], threads: int | None = None) -> dict[str, Any]:
+def bench_budget(
+    suite: dict[str, Any],
+    device: torch.device,
+    quick: bool,
+    batch_cap: int | None,
+    repeats: tuple[int, int],
+    log: Callable[[str], None],
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Device hours of every run of `suite` at its max_epochs cap, from timed steps."""
     rows = budget_shapes(suite)
     measured: dict[tuple, dict[str, Any]] = {}
@@ -200,18 +241,38 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
         if key in measured:
             continue
         batch = min(row["batch"], batch_cap) if batch_cap else row["batch"]
-        shape = Shape(row["dataset"], row["seq_len"], row["features"], row["input"],
-                      NUM_CLASSES[row["dataset"]])
+        shape = Shape(
+            row["dataset"], row["seq_len"], row["features"], row["input"], NUM_CLASSES[row["dataset"]]
+        )
         points, eval_points, status = [], [], "ok"
-        lengths = budget_lengths(row["seq_len"], row["window"] if row["shared_units"] else 0,
-                                 row["anchors"] if row["shared_units"] else 0, device, quick)
+        lengths = budget_lengths(
+            row["seq_len"],
+            row["window"] if row["shared_units"] else 0,
+            row["anchors"] if row["shared_units"] else 0,
+            device,
+            quick,
+        )
         for t in lengths:
-            spec = Spec(shape=shape, seq_len=t, hidden=row["hidden"], shared=row["shared"],
-                        tasks=tuple(row["tasks"]), anchors=row["anchors"], window=row["window"],
-                        batch=batch, warmup=warmup, repeats=reps, device=str(device), seed=0,
-                        threads=threads, eval_batches=1, embedding=row["embedding"],
-                        decoder_layers=row["decoder_layers"], decoder_input=row["decoder_input"],
-                        head=row["head"])
+            spec = Spec(
+                shape=shape,
+                seq_len=t,
+                hidden=row["hidden"],
+                shared=row["shared"],
+                tasks=tuple(row["tasks"]),
+                anchors=row["anchors"],
+                window=row["window"],
+                batch=batch,
+                warmup=warmup,
+                repeats=reps,
+                device=str(device),
+                seed=0,
+                threads=threads,
+                eval_batches=1,
+                embedding=row["embedding"],
+                decoder_layers=row["decoder_layers"],
+                decoder_input=row["decoder_input"],
+                head=row["head"],
+            )
             res = run_measurement(spec, isolate=False)
             if res.get("status") != "ok":
                 status = res.get("status", "error")
@@ -224,23 +285,45 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
             eval_s = extrapolate(eval_points, row["seq_len"]) * scale
         else:
             step_s = eval_s = None
-        measured[key] = {"step_s": step_s, "eval_batch_s": eval_s, "timed_lengths": lengths,
-                         "timed_batch": batch, "status": status}
-        log(f"budget {row['experiment']:26s} T={row['seq_len']:5d} d={row['hidden']:5d} "
-            f"step {step_s if step_s is None else round(step_s, 3)} s ({status})")
+        measured[key] = {
+            "step_s": step_s,
+            "eval_batch_s": eval_s,
+            "timed_lengths": lengths,
+            "timed_batch": batch,
+            "status": status,
+        }
+        log(
+            f"budget {row['experiment']:26s} T={row['seq_len']:5d} d={row['hidden']:5d} "
+            f"step {step_s if step_s is None else round(step_s, 3)} s ({status})"
+        )
 
     experiments: dict[str, dict[str, Any]] = {}
     for row in rows:
         m = measured[shape_key(row)]
-        e = experiments.setdefault(row["experiment"], {
-            "experiment": row["experiment"], "dataset": row["dataset"], "enabled": row["enabled"],
-            "seq_len": row["seq_len"], "length_source": row["length_source"],
-            "features": row["features"], "hidden": row["hidden"],
-            "shared_units": row["shared_units"], "batch": row["batch"],
-            "train_n": row["train_n"], "valid_n": row["valid_n"], "sizes_source": row["sizes_source"],
-            "max_epochs": row["max_epochs"],
-            "seeds": row["seeds"], "grid_points": 0, "epoch_s": [], "status": "ok",
-            "timed_lengths": m["timed_lengths"], "timed_batch": m["timed_batch"]})
+        e = experiments.setdefault(
+            row["experiment"],
+            {
+                "experiment": row["experiment"],
+                "dataset": row["dataset"],
+                "enabled": row["enabled"],
+                "seq_len": row["seq_len"],
+                "length_source": row["length_source"],
+                "features": row["features"],
+                "hidden": row["hidden"],
+                "shared_units": row["shared_units"],
+                "batch": row["batch"],
+                "train_n": row["train_n"],
+                "valid_n": row["valid_n"],
+                "sizes_source": row["sizes_source"],
+                "max_epochs": row["max_epochs"],
+                "seeds": row["seeds"],
+                "grid_points": 0,
+                "epoch_s": [],
+                "status": "ok",
+                "timed_lengths": m["timed_lengths"],
+                "timed_batch": m["timed_batch"],
+            },
+        )
         if m["status"] != "ok":
             e["status"] = m["status"]
             continue
@@ -261,22 +344,35 @@ def bench_budget(suite: dict[str, Any], device: torch.device, quick: bool,
         worst = max(e["epoch_s"])  # final runs: the selected point is not known beforehand
         search_h = sum(e["epoch_s"]) * e["max_epochs"] / 3600 if e["grid_points"] else 0.0
         final_h = e["seeds"] * worst * e["max_epochs"] / 3600
-        e.update(epoch_s=worst, runs=e["seeds"] + e["grid_points"], search_hours=search_h,
-                 final_hours=final_h, hours=search_h + final_h)
+        e.update(
+            epoch_s=worst,
+            runs=e["seeds"] + e["grid_points"],
+            search_hours=search_h,
+            final_hours=final_h,
+            hours=search_h + final_h,
+        )
         total["enabled" if e["enabled"] else "disabled"] += e["hours"]
         out.append(e)
-    return {"experiments": out, "total_hours": total["enabled"],
-            "disabled_hours": total["disabled"],
-            "method": (f"step ({'process CPU time, one thread' if clock == 'step_cpu_ms' else 'wall clock'}"
-                       ", best of the repeats) and validation-batch times measured at each "
-                       "experiment's hidden "
-                       "size, shared units, anchors, window, batch and sequence length "
-                       + ("(timed at the full length)" if device.type == "cuda" and not quick else
-                          "(timed at two shorter lengths, extrapolated linearly in T)")
-                       + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
-                       + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
-                         "every run to its max_epochs cap (early stopping only shortens it); "
-                         "search = every grid point once (first seed), final = seeds x the "
-                         "slowest grid point; text padded to each batch's longest sequence (batches as "
-                         "training draws them, bucketed where the config says so: seq_len is the "
-                         "mean padded length)")}
+    return {
+        "experiments": out,
+        "total_hours": total["enabled"],
+        "disabled_hours": total["disabled"],
+        "method": (
+            f"step ({'process CPU time, one thread' if clock == 'step_cpu_ms' else 'wall clock'}"
+            ", best of the repeats) and validation-batch times measured at each "
+            "experiment's hidden "
+            "size, shared units, anchors, window, batch and sequence length "
+            + (
+                "(timed at the full length)"
+                if device.type == "cuda" and not quick
+                else "(timed at two shorter lengths, extrapolated linearly in T)"
+            )
+            + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
+            + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
+            "every run to its max_epochs cap (early stopping only shortens it); "
+            "search = every grid point once (first seed), final = seeds x the "
+            "slowest grid point; text padded to each batch's longest sequence (batches as "
+            "training draws them, bucketed where the config says so: seq_len is the "
+            "mean padded length)"
+        ),
+    }

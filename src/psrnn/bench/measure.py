@@ -80,13 +80,22 @@ class Spec:
 
     def run_config(self) -> C.RunConfig:
         """The training RunConfig (optimizer and clipping as training's defaults)."""
-        return C.coerce_run({
-            "dataset": self.shape.dataset, "hidden": self.hidden, "shared": self.shared,
-            "tasks": list(self.tasks), "anchors": self.anchors, "window": self.window,
-            "batch_size": self.batch, "embedding": self.embedding,
-            "decoder_layers": self.decoder_layers, "head": self.head,
-            "decoder_input": self.decoder_input, "seed": self.seed,
-        })
+        return C.coerce_run(
+            {
+                "dataset": self.shape.dataset,
+                "hidden": self.hidden,
+                "shared": self.shared,
+                "tasks": list(self.tasks),
+                "anchors": self.anchors,
+                "window": self.window,
+                "batch_size": self.batch,
+                "embedding": self.embedding,
+                "decoder_layers": self.decoder_layers,
+                "head": self.head,
+                "decoder_input": self.decoder_input,
+                "seed": self.seed,
+            }
+        )
 
 
 # --- timing and memory ---------------------------------------------------------------------
@@ -94,8 +103,12 @@ class Spec:
 
 def spread(values: list[float], scale: float = 1.0) -> dict[str, Any]:
     """{"median", "min", "max", "n"} of values x scale (e.g. seconds -> ms)."""
-    return {"median": statistics.median(values) * scale, "min": min(values) * scale,
-            "max": max(values) * scale, "n": len(values)}
+    return {
+        "median": statistics.median(values) * scale,
+        "min": min(values) * scale,
+        "max": max(values) * scale,
+        "n": len(values),
+    }
 
 
 def _proc_status_kb(key: str) -> int | None:
@@ -243,15 +256,19 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     training.train_epoch(model, split, cfg, opt, sched, gens, device, 1, on_step)
     peak = memory.peak()
     wall, cpu = np.diff(np.array([start, *stamps]), axis=0).T  # (steps,) seconds per step each
-    timed = wall[spec.warmup:].tolist()
+    timed = wall[spec.warmup :].tolist()
     out = {
-        "step_ms": spread(timed, 1e3), "first_step_ms": float(wall[0]) * 1e3,
+        "step_ms": spread(timed, 1e3),
+        "first_step_ms": float(wall[0]) * 1e3,
         # CPU seconds of all this process's threads: on a shared CPU it does not count the
         # time other processes held the cores (but does count idle threads' spin-waiting)
-        "step_cpu_ms": spread(cpu[spec.warmup:].tolist(), 1e3),
+        "step_cpu_ms": spread(cpu[spec.warmup :].tolist(), 1e3),
         "samples_per_s": spec.batch / statistics.median(timed),
-        "peak_mem_mb": peak / 2**20, "memory_method": memory.method,
-        "params": params, "shared_units": shared_units, "status": "ok",
+        "peak_mem_mb": peak / 2**20,
+        "memory_method": memory.method,
+        "params": params,
+        "shared_units": shared_units,
+        "status": "ok",
     }
     if spec.eval_batches:
         eval_split = synthetic_split(shape, spec.batch * spec.eval_batches, spec.seq_len, spec.seed + 1)

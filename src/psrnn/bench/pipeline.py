@@ -45,18 +45,29 @@ def bench_prepare(scratch: Path, quick: bool, log: Callable[[str], None]) -> lis
     chars = sum(int(round(m["length"][s]["mean"] * m["counts"][s])) for s in m["counts"])
     max_len = max(m["length"][s]["max"] for s in m["counts"])
     n_seq = sum(m["counts"].values())
-    rows.append({
-        "dataset": "imdb", "source": "generated aclImdb look-alike", "items": gen["reviews"],
-        "generate_s": gen_s, "prepare_s": prep_s, "raw_mb": gen["archive_mb"],
-        "prepared_mb": folder_mb(out), "kept": n_seq, "counts": m["counts"],
-        "mean_length": m["length"]["train"]["mean"], "features": m["features"],
-        # what the same splits would take as dense float32 one-hot: ragged, and padded to
-        # the longest review (the naive tensor)
-        "dense_onehot_gb": chars * m["features"] * 4 / 1e9,
-        "dense_padded_onehot_gb": n_seq * max_len * m["features"] * 4 / 1e9,
-    })
-    log(f"prepare imdb: {gen['reviews']} reviews, prepare {prep_s:.1f}s, "
-        f"{rows[-1]['prepared_mb']:.1f} MB (dense one-hot {rows[-1]['dense_onehot_gb']:.1f} GB)")
+    rows.append(
+        {
+            "dataset": "imdb",
+            "source": "generated aclImdb look-alike",
+            "items": gen["reviews"],
+            "generate_s": gen_s,
+            "prepare_s": prep_s,
+            "raw_mb": gen["archive_mb"],
+            "prepared_mb": folder_mb(out),
+            "kept": n_seq,
+            "counts": m["counts"],
+            "mean_length": m["length"]["train"]["mean"],
+            "features": m["features"],
+            # what the same splits would take as dense float32 one-hot: ragged, and padded to
+            # the longest review (the naive tensor)
+            "dense_onehot_gb": chars * m["features"] * 4 / 1e9,
+            "dense_padded_onehot_gb": n_seq * max_len * m["features"] * 4 / 1e9,
+        }
+    )
+    log(
+        f"prepare imdb: {gen['reviews']} reviews, prepare {prep_s:.1f}s, "
+        f"{rows[-1]['prepared_mb']:.1f} MB (dense one-hot {rows[-1]['dense_onehot_gb']:.1f} GB)"
+    )
 
     n_train, n_test = (600, 100) if quick else (60_000, 10_000)
     raw, out = scratch / "raw" / "mnist", scratch / "prepared" / "mnist"
@@ -66,13 +77,23 @@ def bench_prepare(scratch: Path, quick: bool, log: Callable[[str], None]) -> lis
     t0 = time.perf_counter()
     m = prepare("mnist", raw, out, {"valid_size": 100} if quick else {})
     prep_s = time.perf_counter() - t0
-    rows.append({
-        "dataset": "mnist", "source": "generated IDX look-alike", "items": gen["images"],
-        "generate_s": gen_s, "prepare_s": prep_s, "raw_mb": gen["archive_mb"],
-        "prepared_mb": folder_mb(out), "kept": sum(m["counts"].values()), "counts": m["counts"],
-        "mean_length": m["length"]["train"]["mean"], "features": m["features"],
-        "dense_onehot_gb": None, "dense_padded_onehot_gb": None,
-    })
+    rows.append(
+        {
+            "dataset": "mnist",
+            "source": "generated IDX look-alike",
+            "items": gen["images"],
+            "generate_s": gen_s,
+            "prepare_s": prep_s,
+            "raw_mb": gen["archive_mb"],
+            "prepared_mb": folder_mb(out),
+            "kept": sum(m["counts"].values()),
+            "counts": m["counts"],
+            "mean_length": m["length"]["train"]["mean"],
+            "features": m["features"],
+            "dense_onehot_gb": None,
+            "dense_padded_onehot_gb": None,
+        }
+    )
     log(f"prepare mnist: {gen['images']} images, prepare {prep_s:.1f}s, {rows[-1]['prepared_mb']:.1f} MB")
     return rows
 
@@ -91,13 +112,19 @@ def bench_snakemake(config_path: Path, timeout: float = 300.0) -> dict[str, Any]
     try:
         proc = subprocess.run(cmd, cwd=C.ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"command": " ".join(shown), "status": f"error: timed out after {timeout:.0f}s",
-                "seconds": timeout}
+        return {
+            "command": " ".join(shown),
+            "status": f"error: timed out after {timeout:.0f}s",
+            "seconds": timeout,
+        }
     seconds = time.perf_counter() - t0
     jobs = None
     m = re.search(r"^total\s+(\d+)", proc.stdout + proc.stderr, re.MULTILINE)
     if m:
         jobs = int(m.group(1))
-    status = "ok" if proc.returncode == 0 else \
-        f"error: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+    status = (
+        "ok"
+        if proc.returncode == 0
+        else f"error: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+    )
     return {"command": " ".join(shown), "seconds": seconds, "jobs": jobs, "status": status}

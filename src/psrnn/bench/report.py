@@ -11,13 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from psrnn.bench.speed import VARIANT_LABELS
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 
 SECTIONS = ("train", "options", "prepare", "budget", "snakemake")
 SCHEMA = "psrnn-bench/1"
 # what each section adds to the result; train's settings and memory method go with its table
-SECTION_KEYS = {"train": ("train", "ratios", "settings", "memory_method"), "options": ("options",),
-                "prepare": ("prepare",), "budget": ("budget",), "snakemake": ("snakemake",)}
+SECTION_KEYS = {
+    "train": ("train", "ratios", "settings", "memory_method"),
+    "options": ("options",),
+    "prepare": ("prepare",),
+    "budget": ("budget",),
+    "snakemake": ("snakemake",),
+}
 
 TARGETS = {
     "aux_overhead": 1.2,  # ps50 / plain GRU step time at the MNIST shape
@@ -32,11 +37,18 @@ TARGETS = {
 # --- targets -------------------------------------------------------------------------------
 
 
-def _target(name: str, threshold: str, measured: float | None, ok: bool | None,
-            unit: str, note: str = "") -> dict[str, Any]:
+def _target(
+    name: str, threshold: str, measured: float | None, ok: bool | None, unit: str, note: str = ""
+) -> dict[str, Any]:
     status = "not measured" if measured is None else ("met" if ok else "not met")
-    return {"target": name, "threshold": threshold, "measured": measured, "unit": unit,
-            "status": status, "note": note}
+    return {
+        "target": name,
+        "threshold": threshold,
+        "measured": measured,
+        "unit": unit,
+        "status": status,
+        "note": note,
+    }
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -50,43 +62,82 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         return f"; process CPU-time ratio {r['cpu_median']:.2f}x" if r and r.get("cpu_median") else ""
 
     over = found.get(("mnist", "ps50", "gru"))
-    why = ("--quick shapes" if quick else
-           "train section not run or mnist not measured" if over is None else "")
+    why = "--quick shapes" if quick else "train section not run or mnist not measured" if over is None else ""
     value = None if quick or over is None else over["median"]
-    out.append(_target("private/shared 50 % step time / plain GRU step time, MNIST shape",
-                       f"<= {TARGETS['aux_overhead']}", value,
-                       None if value is None else value <= TARGETS["aux_overhead"], "x",
-                       why or ((f"measured on {device}; the target is set for a GPU"
-                                if device != "cuda" else "") + cpu_ratio(over))))
+    out.append(
+        _target(
+            "private/shared 50 % step time / plain GRU step time, MNIST shape",
+            f"<= {TARGETS['aux_overhead']}",
+            value,
+            None if value is None else value <= TARGETS["aux_overhead"],
+            "x",
+            why
+            or (
+                (f"measured on {device}; the target is set for a GPU" if device != "cuda" else "")
+                + cpu_ratio(over)
+            ),
+        )
+    )
 
     speed = found.get(("mnist", "naive", "ps50"))
     value = None if quick or speed is None else speed["median"]
     for dev, key in (("cuda", "speedup_cuda"), ("cpu", "speedup_cpu")):
         here = dev == device
-        out.append(_target(f"vectorised speed-up over the naive loop ({'GPU' if dev == 'cuda' else 'CPU'}), "
-                           f"MNIST shape", f">= {TARGETS[key]}", value if here else None,
-                           None if (value is None or not here) else value >= TARGETS[key], "x",
-                           cpu_ratio(speed).lstrip("; ") if here and value is not None else
-                           ("--quick shapes" if quick and here else f"needs a run on {dev}")))
+        out.append(
+            _target(
+                f"vectorised speed-up over the naive loop ({'GPU' if dev == 'cuda' else 'CPU'}), MNIST shape",
+                f">= {TARGETS[key]}",
+                value if here else None,
+                None if (value is None or not here) else value >= TARGETS[key],
+                "x",
+                cpu_ratio(speed).lstrip("; ")
+                if here and value is not None
+                else ("--quick shapes" if quick and here else f"needs a run on {dev}"),
+            )
+        )
 
     imdb = next((p for p in result.get("prepare", []) if p["dataset"] == "imdb"), None)
     full = imdb is not None and imdb["items"] >= 50_000
     note = "" if full else ("--quick: 1K reviews" if imdb else "prepare section not run")
     t = imdb["prepare_s"] if full else None
-    out.append(_target("IMDB preparation of 50K reviews, time", f"< {TARGETS['imdb_prepare_s']:.0f} s",
-                       t, None if t is None else t < TARGETS["imdb_prepare_s"], "s",
-                       note or f"{result['environment']['cpu_count']} CPU cores"))
+    out.append(
+        _target(
+            "IMDB preparation of 50K reviews, time",
+            f"< {TARGETS['imdb_prepare_s']:.0f} s",
+            t,
+            None if t is None else t < TARGETS["imdb_prepare_s"],
+            "s",
+            note or f"{result['environment']['cpu_count']} CPU cores",
+        )
+    )
     mb = imdb["prepared_mb"] if full else None
-    out.append(_target("IMDB prepared size on disk", f"< {TARGETS['imdb_prepared_mb']:.0f} MB", mb,
-                       None if mb is None else mb < TARGETS["imdb_prepared_mb"], "MB",
-                       note or f"dense float32 one-hot would take {imdb['dense_onehot_gb']:.1f} GB"))
+    out.append(
+        _target(
+            "IMDB prepared size on disk",
+            f"< {TARGETS['imdb_prepared_mb']:.0f} MB",
+            mb,
+            None if mb is None else mb < TARGETS["imdb_prepared_mb"],
+            "MB",
+            note or f"dense float32 one-hot would take {imdb['dense_onehot_gb']:.1f} GB",
+        )
+    )
 
     snake = result.get("snakemake") or {}
     s = snake.get("seconds") if snake.get("status") == "ok" and snake.get("paper") else None
-    out.append(_target("snakemake -n of the paper config", f"< {TARGETS['snakemake_s']:.0f} s", s,
-                       None if s is None else s < TARGETS["snakemake_s"], "s",
-                       "" if s is not None else (snake.get("status") if snake.get("status", "ok") != "ok"
-                                                 else "not run on config/paper.yaml")))
+    out.append(
+        _target(
+            "snakemake -n of the paper config",
+            f"< {TARGETS['snakemake_s']:.0f} s",
+            s,
+            None if s is None else s < TARGETS["snakemake_s"],
+            "s",
+            ""
+            if s is not None
+            else (
+                snake.get("status") if snake.get("status", "ok") != "ok" else "not run on config/paper.yaml"
+            ),
+        )
+    )
     return out
 
 
@@ -108,12 +159,15 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out["sections"] = [sec for sec in SECTIONS if sec in new["sections"] or sec in kept]
     out["command"] = "; ".join(dict.fromkeys([*old.get("command", "").split("; "), new["command"]]))
     out["notes"] = list(dict.fromkeys([*old.get("notes", []), *new["notes"]]))
-    out["load_average"] = {**new["load_average"], "earlier_parts": [
-        *old.get("load_average", {}).get("earlier_parts", []),
-        {k: v for k, v in old.get("load_average", {}).items() if k != "earlier_parts"}]}
+    out["load_average"] = {
+        **new["load_average"],
+        "earlier_parts": [
+            *old.get("load_average", {}).get("earlier_parts", []),
+            {k: v for k, v in old.get("load_average", {}).items() if k != "earlier_parts"},
+        ],
+    }
     out["total_s"] = new["total_s"] + old.get("total_s", 0.0)
-    out["errors"] = {**{k: v for k, v in old.get("errors", {}).items() if k in kept},
-                     **new.get("errors", {})}
+    out["errors"] = {**{k: v for k, v in old.get("errors", {}).items() if k in kept}, **new.get("errors", {})}
     out["targets"] = targets(out)
     return out
 
@@ -149,45 +203,95 @@ def to_markdown(result: dict[str, Any]) -> str:
     env, st = result["environment"], result["settings"]
     out = [f"# psrnn benchmark: {env['device_name']} (`{env['device_slug']}`)", ""]
     if result["quick"]:
-        out += ["**--quick: tiny shapes and 1–2 repeats; checks that the benchmark runs, "
-                "the numbers mean nothing.**", ""]
-    out += [f"`{result['command']}`", "",
-            f"psrnn {env['psrnn_version']}, torch {env['torch_version']}, CUDA {env['cuda_version']}, "
-            f"cuDNN {env['cudnn_version']}, Python {env['python']}, {env['platform']}; "
-            f"{env['cpu_count']} CPUs ({env['cpu_model']}), {env['torch_threads']} torch threads"
-            + (f", {env['gpu_memory_gb']} GiB GPU memory" if env["gpu_memory_gb"] else "") + ".",
-            "Load average (1, 5, 15 min) at start / end: " + "; ".join(
-                f"{la['start']} / {la['end']}" for la in
-                [*result["load_average"].get("earlier_parts", []), result["load_average"]]) + "."]
+        out += [
+            "**--quick: tiny shapes and 1–2 repeats; checks that the benchmark runs, "
+            "the numbers mean nothing.**",
+            "",
+        ]
+    out += [
+        f"`{result['command']}`",
+        "",
+        f"psrnn {env['psrnn_version']}, torch {env['torch_version']}, CUDA {env['cuda_version']}, "
+        f"cuDNN {env['cudnn_version']}, Python {env['python']}, {env['platform']}; "
+        f"{env['cpu_count']} CPUs ({env['cpu_model']}), {env['torch_threads']} torch threads"
+        + (f", {env['gpu_memory_gb']} GiB GPU memory" if env["gpu_memory_gb"] else "")
+        + ".",
+        "Load average (1, 5, 15 min) at start / end: "
+        + "; ".join(
+            f"{la['start']} / {la['end']}"
+            for la in [*result["load_average"].get("earlier_parts", []), result["load_average"]]
+        )
+        + ".",
+    ]
     out += [f"Note: {n}" for n in result["notes"]]
     out += [f"**Section {name} failed:** {msg}" for name, msg in result.get("errors", {}).items()]
-    out += ["", "## Targets", "", table(
-        ["target", "threshold", "measured", "status", "note"],
-        [[t["target"], t["threshold"], "–" if t["measured"] is None else f"{t['measured']:.2f} {t['unit']}",
-          f"**{t['status']}**", t["note"]] for t in result["targets"]])]
+    out += [
+        "",
+        "## Targets",
+        "",
+        table(
+            ["target", "threshold", "measured", "status", "note"],
+            [
+                [
+                    t["target"],
+                    t["threshold"],
+                    "–" if t["measured"] is None else f"{t['measured']:.2f} {t['unit']}",
+                    f"**{t['status']}**",
+                    t["note"],
+                ]
+                for t in result["targets"]
+            ],
+        ),
+    ]
 
     if result.get("train"):
-        out += ["", "## Training step", "",
-                f"One optimizer step of `training.train_epoch` (batch gather, forward, CE + aux loss, "
-                f"backward, clip, SGD + warm restarts): hidden {st['hidden']}, batch {st['batch']}, "
-                f"{st['anchors']} anchors, window {st['window']}, tasks {'+'.join(st['tasks'])}; "
-                f"{st['warmup']} warm-up steps, then median (min–max) of {st['repeats']} steps "
-                f"(wall clock; CPU ms = process CPU time, all threads). "
-                f"Peak memory: {result['memory_method']}.", "",
-                table(["shape", "model", "T x F", "batch", "step ms", "CPU ms", "samples/s", "peak MB",
-                       "params"],
-                      [[r["shape"], VARIANT_LABELS[r["variant"]], f"{r['seq_len']} x {r['features']}",
-                        r["batch"], *_step_cells(r, cpu=True), _n(r.get("params"))]
-                       for r in result["train"]])]
+        out += [
+            "",
+            "## Training step",
+            "",
+            f"One optimizer step of `training.train_epoch` (batch gather, forward, CE + aux loss, "
+            f"backward, clip, SGD + warm restarts): hidden {st['hidden']}, batch {st['batch']}, "
+            f"{st['anchors']} anchors, window {st['window']}, tasks {'+'.join(st['tasks'])}; "
+            f"{st['warmup']} warm-up steps, then median (min–max) of {st['repeats']} steps "
+            f"(wall clock; CPU ms = process CPU time, all threads). "
+            f"Peak memory: {result['memory_method']}.",
+            "",
+            table(
+                ["shape", "model", "T x F", "batch", "step ms", "CPU ms", "samples/s", "peak MB", "params"],
+                [
+                    [
+                        r["shape"],
+                        VARIANT_LABELS[r["variant"]],
+                        f"{r['seq_len']} x {r['features']}",
+                        r["batch"],
+                        *_step_cells(r, cpu=True),
+                        _n(r.get("params")),
+                    ]
+                    for r in result["train"]
+                ],
+            ),
+        ]
     if result.get("ratios"):
-        out += ["", "Ratios of step times: median, range [min/max, max/min] over the repeats, and "
-                "the ratio of median process CPU times.", "",
-                table(["shape", "ratio", "median", "range", "CPU-time ratio"],
-                      [[r["shape"], ("aux overhead " if r["kind"] == "aux_overhead" else "speed-up ")
-                        + f"{r['numerator']} / {r['denominator']}", f"{r['median']:.2f}x",
+        out += [
+            "",
+            "Ratios of step times: median, range [min/max, max/min] over the repeats, and "
+            "the ratio of median process CPU times.",
+            "",
+            table(
+                ["shape", "ratio", "median", "range", "CPU-time ratio"],
+                [
+                    [
+                        r["shape"],
+                        ("aux overhead " if r["kind"] == "aux_overhead" else "speed-up ")
+                        + f"{r['numerator']} / {r['denominator']}",
+                        f"{r['median']:.2f}x",
                         f"{r['min']:.2f}–{r['max']:.2f}",
-                        "–" if r.get("cpu_median") is None else f"{r['cpu_median']:.2f}x"]
-                       for r in result["ratios"]])]
+                        "–" if r.get("cpu_median") is None else f"{r['cpu_median']:.2f}x",
+                    ]
+                    for r in result["ratios"]
+                ],
+            ),
+        ]
     if result.get("options"):
         base = {(r["shape"], r["variant"]): r for r in result.get("train", [])}
         rows = []
@@ -195,46 +299,134 @@ def to_markdown(result: dict[str, Any]) -> str:
             b = base.get((r["shape"], r["variant"]))
             rel = "–"
             if b and r.get("status") == "ok" and b.get("status") == "ok":
-                rel = (f"{r['step_ms']['median'] / b['step_ms']['median']:.2f}x / "
-                       f"{r['step_cpu_ms']['median'] / b['step_cpu_ms']['median']:.2f}x")
+                rel = (
+                    f"{r['step_ms']['median'] / b['step_ms']['median']:.2f}x / "
+                    f"{r['step_cpu_ms']['median'] / b['step_cpu_ms']['median']:.2f}x"
+                )
             first = f"{r['first_step_ms'] / 1e3:.1f}" if r.get("status") == "ok" else "–"
-            rows.append([f"{r['option']} = {r['value']}", r["shape"], VARIANT_LABELS[r["variant"]],
-                         r["batch"], *_step_cells(r, cpu=True), rel, first])
-        out += ["", "## Options", "", "Step time relative to the same model in the table above, "
-                "wall clock / process CPU time (batch rows: compare samples/s); first step s = "
-                "warm-up incl. compilation.", "",
-                table(["option", "shape", "model", "batch", "step ms", "CPU ms", "samples/s", "peak MB",
-                       "vs default", "first step s"], rows)]
+            rows.append(
+                [
+                    f"{r['option']} = {r['value']}",
+                    r["shape"],
+                    VARIANT_LABELS[r["variant"]],
+                    r["batch"],
+                    *_step_cells(r, cpu=True),
+                    rel,
+                    first,
+                ]
+            )
+        out += [
+            "",
+            "## Options",
+            "",
+            "Step time relative to the same model in the table above, "
+            "wall clock / process CPU time (batch rows: compare samples/s); first step s = "
+            "warm-up incl. compilation.",
+            "",
+            table(
+                [
+                    "option",
+                    "shape",
+                    "model",
+                    "batch",
+                    "step ms",
+                    "CPU ms",
+                    "samples/s",
+                    "peak MB",
+                    "vs default",
+                    "first step s",
+                ],
+                rows,
+            ),
+        ]
     if result.get("prepare"):
-        out += ["", "## Data preparation", "",
-                "Generated look-alike archives of full size, then the real `prepare` "
-                "(`psrnn.data.prepare.prepare`) on them; time of `prepare` alone.", "",
-                table(["dataset", "items", "generate s", "prepare s", "archive MB", "prepared MB",
-                       "kept (train/valid/test)", "dense float32 one-hot"],
-                      [[p["dataset"], _n(p["items"]), _n(p["generate_s"]), f"**{p['prepare_s']:.1f}**",
-                        _n(p["raw_mb"]), f"**{p['prepared_mb']:.1f}**",
+        out += [
+            "",
+            "## Data preparation",
+            "",
+            "Generated look-alike archives of full size, then the real `prepare` "
+            "(`psrnn.data.prepare.prepare`) on them; time of `prepare` alone.",
+            "",
+            table(
+                [
+                    "dataset",
+                    "items",
+                    "generate s",
+                    "prepare s",
+                    "archive MB",
+                    "prepared MB",
+                    "kept (train/valid/test)",
+                    "dense float32 one-hot",
+                ],
+                [
+                    [
+                        p["dataset"],
+                        _n(p["items"]),
+                        _n(p["generate_s"]),
+                        f"**{p['prepare_s']:.1f}**",
+                        _n(p["raw_mb"]),
+                        f"**{p['prepared_mb']:.1f}**",
                         "/".join(str(p["counts"][s]) for s in ("train", "valid", "test")),
-                        "–" if p["dense_onehot_gb"] is None else
-                        f"{p['dense_onehot_gb']:.1f} GB ragged, {p['dense_padded_onehot_gb']:.0f} GB padded"]
-                       for p in result["prepare"]])]
+                        "–"
+                        if p["dense_onehot_gb"] is None
+                        else f"{p['dense_onehot_gb']:.1f} GB ragged, "
+                        f"{p['dense_padded_onehot_gb']:.0f} GB padded",
+                    ]
+                    for p in result["prepare"]
+                ],
+            ),
+        ]
     if result.get("budget"):
         b = result["budget"]
         unit = b["unit"]
-        rows = [[e["experiment"] + ("" if e["enabled"] else " (disabled)"), e["dataset"],
-                 f"{e['seq_len']} x {e['features']}", e["hidden"], e["shared_units"], e["batch"],
-                 _n(e.get("step_ms"), 0), _n(None if e["epoch_s"] is None else e["epoch_s"] / 60),
-                 f"{e['seeds']} + {e['grid_points']}", e["max_epochs"],
-                 _n(e["hours"]) if e["status"] == "ok" else e["status"]]
-                for e in b["experiments"]]
-        out += ["", "## Compute budget", "",
-                f"**{b['config']}: {b['total_hours']:,.0f} {unit}** at the max_epochs cap"
-                + (f" (+ {b['disabled_hours']:,.0f} for disabled datasets)" if b["disabled_hours"] else "")
-                + f". {b['method']}.", "",
-                table(["experiment", "dataset", "T x F", "hidden", "shared", "batch", "step ms",
-                       "epoch min", "runs (seeds + grid)", "epochs cap", unit], rows)]
+        rows = [
+            [
+                e["experiment"] + ("" if e["enabled"] else " (disabled)"),
+                e["dataset"],
+                f"{e['seq_len']} x {e['features']}",
+                e["hidden"],
+                e["shared_units"],
+                e["batch"],
+                _n(e.get("step_ms"), 0),
+                _n(None if e["epoch_s"] is None else e["epoch_s"] / 60),
+                f"{e['seeds']} + {e['grid_points']}",
+                e["max_epochs"],
+                _n(e["hours"]) if e["status"] == "ok" else e["status"],
+            ]
+            for e in b["experiments"]
+        ]
+        out += [
+            "",
+            "## Compute budget",
+            "",
+            f"**{b['config']}: {b['total_hours']:,.0f} {unit}** at the max_epochs cap"
+            + (f" (+ {b['disabled_hours']:,.0f} for disabled datasets)" if b["disabled_hours"] else "")
+            + f". {b['method']}.",
+            "",
+            table(
+                [
+                    "experiment",
+                    "dataset",
+                    "T x F",
+                    "hidden",
+                    "shared",
+                    "batch",
+                    "step ms",
+                    "epoch min",
+                    "runs (seeds + grid)",
+                    "epochs cap",
+                    unit,
+                ],
+                rows,
+            ),
+        ]
     if result.get("snakemake"):
         s = result["snakemake"]
-        out += ["", "## Workflow", "",
-                f"`{s['command']}`: " + (f"{s['seconds']:.1f} s, {s['jobs']} jobs" if s["status"] == "ok"
-                                         else s["status"])]
+        out += [
+            "",
+            "## Workflow",
+            "",
+            f"`{s['command']}`: "
+            + (f"{s['seconds']:.1f} s, {s['jobs']} jobs" if s["status"] == "ok" else s["status"]),
+        ]
     return "\n".join(out) + "\n"

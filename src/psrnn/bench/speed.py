@@ -45,27 +45,54 @@ GPU_REPEATS = (5, 20)  # (warmup, repeats) on a GPU: steps are cheap there
 
 # variant -> (shared proportion, naive)
 VARIANTS = {"gru": (0.0, False), "full": (1.0, False), "ps50": (0.5, False), "naive": (0.5, True)}
-VARIANT_LABELS = {"gru": "plain GRU (nn.GRU + head)", "full": "full share (RNN-AE)",
-                  "ps50": "private/shared 50 %", "naive": "naive private/shared 50 % (slow reference)"}
+VARIANT_LABELS = {
+    "gru": "plain GRU (nn.GRU + head)",
+    "full": "full share (RNN-AE)",
+    "ps50": "private/shared 50 %",
+    "naive": "naive private/shared 50 % (slow reference)",
+}
 
 
-def make_spec(shape: Shape, variant: str, s: Settings, device: torch.device, seq_len: int,
-              **extra: Any) -> Spec:
+def make_spec(
+    shape: Shape, variant: str, s: Settings, device: torch.device, seq_len: int, **extra: Any
+) -> Spec:
     """The measurement of one variant at `shape`, cut to seq_len steps; `extra` overrides
     Spec fields (an option's amp, compile, warmup or batch)."""
     shared, naive = VARIANTS[variant]
-    spec = Spec(shape=shape, seq_len=seq_len, hidden=s.hidden, shared=shared, tasks=s.tasks,
-                anchors=s.anchors, window=s.window, batch=s.batch, warmup=s.warmup,
-                repeats=s.repeats, device=str(device), seed=s.seed, threads=s.threads, naive=naive)
+    spec = Spec(
+        shape=shape,
+        seq_len=seq_len,
+        hidden=s.hidden,
+        shared=shared,
+        tasks=s.tasks,
+        anchors=s.anchors,
+        window=s.window,
+        batch=s.batch,
+        warmup=s.warmup,
+        repeats=s.repeats,
+        device=str(device),
+        seed=s.seed,
+        threads=s.threads,
+        naive=naive,
+    )
     return dataclasses.replace(spec, **extra)
 
 
 def record(variant: str, spec: Spec, result: dict[str, Any], **labels: Any) -> dict[str, Any]:
     """One row of the output: what was measured, the option labels, the measurement."""
-    return {"shape": spec.shape.dataset, "variant": variant, "seq_len": spec.seq_len,
-            "features": spec.shape.features, "hidden": spec.hidden, "batch": spec.batch,
-            "anchors": spec.anchors, "window": spec.window, "tasks": list(spec.tasks),
-            **labels, **result}
+    return {
+        "shape": spec.shape.dataset,
+        "variant": variant,
+        "seq_len": spec.seq_len,
+        "features": spec.shape.features,
+        "hidden": spec.hidden,
+        "batch": spec.batch,
+        "anchors": spec.anchors,
+        "window": spec.window,
+        "tasks": list(spec.tasks),
+        **labels,
+        **result,
+    }
 
 
 def _fmt_step(res: dict[str, Any]) -> str:
@@ -73,15 +100,23 @@ def _fmt_step(res: dict[str, Any]) -> str:
     if res.get("status") != "ok":
         return res.get("status", "?")
     s = res["step_ms"]
-    return (f"{s['median']:.1f} ms ({s['min']:.1f}-{s['max']:.1f}), "
-            f"{res['samples_per_s']:.0f} samples/s, {res['peak_mem_mb']:.0f} MB")
+    return (
+        f"{s['median']:.1f} ms ({s['min']:.1f}-{s['max']:.1f}), "
+        f"{res['samples_per_s']:.0f} samples/s, {res['peak_mem_mb']:.0f} MB"
+    )
 
 
 # --- section: train ------------------------------------------------------------------------
 
 
-def bench_train(shapes: list[Shape], s: Settings, device: torch.device, isolate: bool,
-                seq_len: Callable[[Shape], int], log: Callable[[str], None]) -> list[dict[str, Any]]:
+def bench_train(
+    shapes: list[Shape],
+    s: Settings,
+    device: torch.device,
+    isolate: bool,
+    seq_len: Callable[[Shape], int],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
     """Every variant at every shape (cut to seq_len(shape) steps): one row each."""
     rows = []
     for shape in shapes:
@@ -98,8 +133,7 @@ def ratio(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     if a.get("status") != "ok" or b.get("status") != "ok":
         return None
     sa, sb = a["step_ms"], b["step_ms"]
-    out = {"median": sa["median"] / sb["median"], "min": sa["min"] / sb["max"],
-           "max": sa["max"] / sb["min"]}
+    out = {"median": sa["median"] / sb["median"], "min": sa["min"] / sb["max"], "max": sa["max"] / sb["min"]}
     if "step_cpu_ms" in a and "step_cpu_ms" in b:  # the same from process CPU time
         out["cpu_median"] = a["step_cpu_ms"]["median"] / b["step_cpu_ms"]["median"]
     return out
@@ -110,8 +144,11 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for shape in dict.fromkeys(r["shape"] for r in rows):
         by = {r["variant"]: r for r in rows if r["shape"] == shape and r.get("option") is None}
-        pairs = [("aux_overhead", "full", "gru"), ("aux_overhead", "ps50", "gru"),
-                 ("speedup", "naive", "ps50")]
+        pairs = [
+            ("aux_overhead", "full", "gru"),
+            ("aux_overhead", "ps50", "gru"),
+            ("speedup", "naive", "ps50"),
+        ]
         for kind, a, b in pairs:
             if a in by and b in by:
                 r = ratio(by[a], by[b])
@@ -123,8 +160,15 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- section: options ----------------------------------------------------------------------
 
 
-def bench_options(shape: Shape, s: Settings, device: torch.device, isolate: bool,
-                  seq_len: int, compile_on_cpu: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def bench_options(
+    shape: Shape,
+    s: Settings,
+    device: torch.device,
+    isolate: bool,
+    seq_len: int,
+    compile_on_cpu: bool,
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
     """bf16 autocast, torch.compile of the decoders, other batch sizes; at one shape."""
     rows = []
 
@@ -139,8 +183,7 @@ def bench_options(shape: Shape, s: Settings, device: torch.device, isolate: bool
     compile_skip = None if device.type == "cuda" or compile_on_cpu else "CPU: pass --compile-cpu"
     for variant in ("full", "ps50"):
         # more warm-up: the first calls compile
-        measure(variant, "compile", "decoders", skip=compile_skip, compile=True,
-                warmup=max(s.warmup, 3))
+        measure(variant, "compile", "decoders", skip=compile_skip, compile=True, warmup=max(s.warmup, 3))
     for batch in s.batches:
         for variant in ("gru", "ps50"):
             measure(variant, "batch", batch, batch=batch)

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
-from psrnn.cli import UserError
 from psrnn.data.fixtures import gzip_bytes, idx_bytes
 from psrnn.data.readers import IDX_FILES, _read_idx_file
+from psrnn.errors import UserError
 from psrnn.files import write_bytes
 
 SOURCE_FILES = IDX_FILES["test"]  # the pair looked for in the source folder
@@ -32,8 +32,10 @@ def read_pair(src_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = (Path(src_dir) / name for name in SOURCE_FILES)
     for path in (images, labels):
         if not path.is_file():
-            raise UserError(f"{path}: not found (the digits folder holds an IDX pair named "
-                            f"{SOURCE_FILES[0]} and {SOURCE_FILES[1]})")
+            raise UserError(
+                f"{path}: not found (the digits folder holds an IDX pair named "
+                f"{SOURCE_FILES[0]} and {SOURCE_FILES[1]})"
+            )
     with tempfile.TemporaryDirectory(prefix="psrnn-digits-") as tmp:
         x = _read_idx_file(images, tmp, read_image_file)  # (N, H, W)
         y = _read_idx_file(labels, tmp, read_label_file)  # (N,)
@@ -51,8 +53,9 @@ def split_digits(src_dir: str | Path, out_dir: str | Path, train: int) -> dict[s
     """
     x, y = read_pair(src_dir)
     if not 0 < train < len(y):
-        raise UserError(f"--train {train}: must be between 1 and {len(y) - 1} "
-                        f"(the source holds {len(y)} digits)")
+        raise UserError(
+            f"--train {train}: must be between 1 and {len(y) - 1} (the source holds {len(y)} digits)"
+        )
     out = Path(out_dir)
     counts = {}
     for split, part in (("train", slice(0, train)), ("test", slice(train, None))):

@@ -24,13 +24,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from psrnn import __version__, files
-from psrnn.cli import UserError
 from psrnn.data.sources import Source, source
+from psrnn.errors import UserError
 
 MARKER = "download.json"
 CHUNK = 1 << 20
@@ -125,8 +126,9 @@ def _transient_http(err: urllib.error.HTTPError) -> bool:
     return err.code in (408, 429) or err.code >= 500
 
 
-def fetch(url: str, target: Path, md5: str | None, retries: int = DEFAULT_RETRIES,
-          log: Log = _stderr) -> dict[str, Any]:
+def fetch(
+    url: str, target: Path, md5: str | None, retries: int = DEFAULT_RETRIES, log: Log = _stderr
+) -> dict[str, Any]:
     """Copy `url` to `target` if its md5 matches (`md5=None`: no check).
 
     Returns {"md5", "bytes", "url"}. Raises ChecksumError on a mismatch, OSError /
@@ -139,7 +141,7 @@ def fetch(url: str, target: Path, md5: str | None, retries: int = DEFAULT_RETRIE
         except TransientError as err:
             if attempt == retries:
                 raise OSError(f"{err} (after {retries} attempts)") from None
-            wait = min(2 ** attempt, 30) if remote else 0
+            wait = min(2**attempt, 30) if remote else 0
             log(f"  {err}; retrying in {wait}s ({attempt}/{retries})")
             time.sleep(wait)
     raise AssertionError("unreachable")
@@ -172,13 +174,17 @@ def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
             raise TransientError(f"truncated transfer: got {n} of {length} bytes")
         actual = h.hexdigest()
         if md5 is not None and actual != md5:
-            raise ChecksumError(f"{target.name}: md5 mismatch: expected {md5}, got {actual} "
-                                f"({n} bytes)")
+            raise ChecksumError(f"{target.name}: md5 mismatch: expected {md5}, got {actual} ({n} bytes)")
     return {"md5": actual, "bytes": n, "url": url}
 
 
-def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = None,
-             log: Log = _stderr, stamp: dict[str, Any] | None = None) -> dict[str, Any]:
+def download(
+    dataset: str,
+    raw_dir: str | Path,
+    opts: dict[str, Any] | None = None,
+    log: Log = _stderr,
+    stamp: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Fetch every upstream file of `dataset` into `raw_dir`; write and return download.json.
 
     `opts` is the suite config's `datasets.<dataset>.source` (all keys optional):
@@ -194,8 +200,13 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
     expected = expected_md5(src, opts)
     # a failed run must not leave the marker of an earlier complete one behind
     (raw_dir / MARKER).unlink(missing_ok=True)
-    record: dict[str, Any] = {"dataset": dataset, "verified": verify, "files": {},
-                              "psrnn_version": __version__, **(stamp or {})}
+    record: dict[str, Any] = {
+        "dataset": dataset,
+        "verified": verify,
+        "files": {},
+        "psrnn_version": __version__,
+        **(stamp or {}),
+    }
     for name in src.files:
         target = raw_dir / name
         want = expected[name] if verify else None
@@ -204,8 +215,12 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
             have = files.md5sum(target)
             if not verify or have in accepted:
                 log(f"{dataset}: {name} already present ({have})")
-                record["files"][name] = {"md5": have, "bytes": target.stat().st_size,
-                                         "url": None, "expected_md5": want}
+                record["files"][name] = {
+                    "md5": have,
+                    "bytes": target.stat().st_size,
+                    "url": None,
+                    "expected_md5": want,
+                }
                 continue
             log(f"{dataset}: {name} present but md5 {have} is not {want}; fetching again")
         failures = []
@@ -223,8 +238,9 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
             log(f"  failed: {failures[-1].split(': ', 1)[1]}")
         else:
             tried = "; ".join(failures) if failures else "no place to look (official: false, no mirrors)"
-            raise UserError(f"{dataset}: could not get {name} (expected md5 {want}): {tried}"
-                            f"{relative_note(opts)}")
+            raise UserError(
+                f"{dataset}: could not get {name} (expected md5 {want}): {tried}{relative_note(opts)}"
+            )
     files.write_json(raw_dir / MARKER, record)
     return record
 
@@ -234,12 +250,17 @@ def download(dataset: str, raw_dir: str | Path, opts: dict[str, Any] | None = No
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="mnist, fmnist, cifar10, imdb or dbpedia")
-    p.add_argument("--config", help="suite config: raw folder data/<name>/raw/<dataset>/ and "
-                                    "its datasets.<dataset>.source options")
+    p.add_argument(
+        "--config",
+        help="suite config: raw folder data/<name>/raw/<dataset>/ and its datasets.<dataset>.source options",
+    )
     p.add_argument("--raw", help="raw folder (default: from --config)")
-    p.add_argument("--mirror", action="append", default=[],
-                   help="base URL or folder holding the upstream files (repeatable; tried "
-                        "after the config's mirrors)")
+    p.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        help="base URL or folder holding the upstream files (repeatable; tried after the config's mirrors)",
+    )
     p.add_argument("--local-dir", help="folder that already holds the archives")
     p.add_argument("--md5", help="md5sum-format file replacing the official checksums")
     p.add_argument("--no-official", action="store_true", help="never try the official URLs")

@@ -108,18 +108,30 @@ def gray_images(rng: np.random.Generator, n: int, style: str) -> tuple[np.ndarra
     for i, c in enumerate(y):
         if style == "digits":
             c0 = 2 + 2 * c + jitter[i]
-            img[i, 3:28, c0:c0 + 6] = 90 + 18 * c + level[i]
+            img[i, 3:28, c0 : c0 + 6] = 90 + 18 * c + level[i]
         else:
             half = 3 + c + jitter[i]
-            img[i, 3:28, 14 - half:14 + half] = 250 - 15 * c + level[i]
-            img[i, 5:26:4, 14 - half + 2:14 + half - 2] = 0  # dark stripes inside
+            img[i, 3:28, 14 - half : 14 + half] = 250 - 15 * c + level[i]
+            img[i, 5:26:4, 14 - half + 2 : 14 + half - 2] = 0  # dark stripes inside
     salt = rng.random((n, 28, 28)) < 0.03
     img[salt] = rng.integers(0, 60, int(salt.sum()))
     return img, y
 
 
-PALETTE = np.array([[240, 60, 60], [60, 220, 60], [60, 80, 240], [240, 230, 60], [230, 60, 230],
-                    [60, 230, 230], [250, 150, 40], [150, 60, 230], [240, 240, 240], [150, 100, 40]])
+PALETTE = np.array(
+    [
+        [240, 60, 60],
+        [60, 220, 60],
+        [60, 80, 240],
+        [240, 230, 60],
+        [230, 60, 230],
+        [60, 230, 230],
+        [250, 150, 40],
+        [150, 60, 230],
+        [240, 240, 240],
+        [150, 100, 40],
+    ]
+)
 
 
 def colour_images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +148,7 @@ def colour_images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndar
         r0 = 2 + c + int(rng.integers(-2, 3))
         c0 = 2 + 2 * c + int(rng.integers(-2, 3))
         r0, c0 = max(r0, 0), max(c0, 0)
-        img[i, :, r0:32, c0:c0 + 10] = (PALETTE[c] + rng.integers(-15, 16, 3))[:, None, None]
+        img[i, :, r0:32, c0 : c0 + 10] = (PALETTE[c] + rng.integers(-15, 16, 3))[:, None, None]
     salt = rng.random((n, 1, 32, 32)) < 0.02
     img = np.where(salt, rng.integers(0, 256, (n, 3, 32, 32)), img)
     return img.clip(0, 255).astype(np.uint8), y
@@ -144,8 +156,10 @@ def colour_images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndar
 
 def idx_files(prefix: str, images: np.ndarray, labels: np.ndarray, level: int = 9) -> dict[str, bytes]:
     """MNIST's two gzipped IDX files of one split ("train" or "t10k")."""
-    return {f"{prefix}-images-idx3-ubyte.gz": gzip_bytes(idx_bytes(images), level),
-            f"{prefix}-labels-idx1-ubyte.gz": gzip_bytes(idx_bytes(labels), level)}
+    return {
+        f"{prefix}-images-idx3-ubyte.gz": gzip_bytes(idx_bytes(images), level),
+        f"{prefix}-labels-idx1-ubyte.gz": gzip_bytes(idx_bytes(labels), level),
+    }
 
 
 def mnist_like(style: str, seed: int) -> dict[str, bytes]:
@@ -156,8 +170,7 @@ def mnist_like(style: str, seed: int) -> dict[str, bytes]:
     return out
 
 
-CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-                 "truck"]
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 def cifar10() -> dict[str, bytes]:
@@ -166,18 +179,21 @@ def cifar10() -> dict[str, bytes]:
 
     def batch(label: str, n: int, tag: str) -> bytes:
         x, y = colour_images(rng, n)
-        d = {b"batch_label": label.encode(), b"labels": [int(v) for v in y],
-             b"data": x.reshape(n, 3 * 32 * 32),  # (n, 3072): 1024 R, 1024 G, 1024 B
-             b"filenames": [f"{tag}_{i:05d}.png".encode() for i in range(n)]}
+        d = {
+            b"batch_label": label.encode(),
+            b"labels": [int(v) for v in y],
+            b"data": x.reshape(n, 3 * 32 * 32),  # (n, 3072): 1024 R, 1024 G, 1024 B
+            b"filenames": [f"{tag}_{i:05d}.png".encode() for i in range(n)],
+        }
         return pickle.dumps(d, protocol=2)
 
     for k in range(1, 6):
-        members[f"cifar-10-batches-py/data_batch_{k}"] = batch(f"training batch {k} of 5", 240,
-                                                               f"train{k}")
+        members[f"cifar-10-batches-py/data_batch_{k}"] = batch(f"training batch {k} of 5", 240, f"train{k}")
     members["cifar-10-batches-py/test_batch"] = batch("testing batch 1 of 1", 300, "test")
     members["cifar-10-batches-py/batches.meta"] = pickle.dumps(
-        {b"num_cases_per_batch": 240, b"label_names": [c.encode() for c in CIFAR_CLASSES],
-         b"num_vis": 3072}, protocol=2)
+        {b"num_cases_per_batch": 240, b"label_names": [c.encode() for c in CIFAR_CLASSES], b"num_vis": 3072},
+        protocol=2,
+    )
     members["cifar-10-batches-py/readme.html"] = b"<html>synthetic CIFAR-10 fixture</html>\n"
     return {"cifar-10-python.tar.gz": tar_gz_bytes(members)}
 
@@ -186,21 +202,80 @@ def cifar10() -> dict[str, bytes]:
 
 # Positive words lean on z/x/q/j, negative ones on w/k: a character model can pick the
 # class up from letter statistics long before it learns whole words.
-POS = ["amazing", "dazzling", "exquisite", "jazzy", "zesty", "quixotic", "zippy", "sizzling",
-       "exuberant", "majestic", "joyous", "jazzed"]
-NEG = ["awful", "weak", "awkward", "wreck", "bleak", "wonky", "wooden", "kitsch",
-       "worthless", "tacky", "weird", "wasted"]
-FILLER = ("the film plot actor scene movie story director camera music ending cast dialogue "
-          "this that and but it really though some moments character script pacing score "
-          "editing performance sound set design felt seemed is as on for of in a an one "
-          "its role lead part second half opening time place people audience hour").split()
-NAMES = ["Meryl Streep", "Tom Hanks", "Bruce Willis", "Kate Winslet", "Quentin Tarantino",
-         "Penélope Cruz", "Amélie Poulain", "Zoë Kravitz", "Jean Dujardin", "Björk",
-         "Yves Montand", "Gérard Depardieu", "Ursula Andress", "Hugh Grant", "Liv Ullmann",
-         "Olivia Colman", "Viggo Mortensen"]
-EXTRAS = [" <br /><br />", " (1999)", " (2006)", ' "Citizen Kane"', " 7/10", " 3/10",
-          " — the café scene", " a naïve twist…", " it’s", " 48 minutes", " 5 stars",
-          " über-cool", " señor", " & more;", " [sic]", " :-)", " #1", " $2", " 100%"]
+POS = [
+    "amazing",
+    "dazzling",
+    "exquisite",
+    "jazzy",
+    "zesty",
+    "quixotic",
+    "zippy",
+    "sizzling",
+    "exuberant",
+    "majestic",
+    "joyous",
+    "jazzed",
+]
+NEG = [
+    "awful",
+    "weak",
+    "awkward",
+    "wreck",
+    "bleak",
+    "wonky",
+    "wooden",
+    "kitsch",
+    "worthless",
+    "tacky",
+    "weird",
+    "wasted",
+]
+FILLER = (
+    "the film plot actor scene movie story director camera music ending cast dialogue "
+    "this that and but it really though some moments character script pacing score "
+    "editing performance sound set design felt seemed is as on for of in a an one "
+    "its role lead part second half opening time place people audience hour"
+).split()
+NAMES = [
+    "Meryl Streep",
+    "Tom Hanks",
+    "Bruce Willis",
+    "Kate Winslet",
+    "Quentin Tarantino",
+    "Penélope Cruz",
+    "Amélie Poulain",
+    "Zoë Kravitz",
+    "Jean Dujardin",
+    "Björk",
+    "Yves Montand",
+    "Gérard Depardieu",
+    "Ursula Andress",
+    "Hugh Grant",
+    "Liv Ullmann",
+    "Olivia Colman",
+    "Viggo Mortensen",
+]
+EXTRAS = [
+    " <br /><br />",
+    " (1999)",
+    " (2006)",
+    ' "Citizen Kane"',
+    " 7/10",
+    " 3/10",
+    " — the café scene",
+    " a naïve twist…",
+    " it’s",
+    " 48 minutes",
+    " 5 stars",
+    " über-cool",
+    " señor",
+    " & more;",
+    " [sic]",
+    " :-)",
+    " #1",
+    " $2",
+    " 100%",
+]
 
 
 def sentence(rng: np.random.Generator, label: int) -> str:
@@ -240,8 +315,12 @@ def imdb() -> dict[str, bytes]:
                 rating = int(rng.integers(1, 5) if label == 0 else rng.integers(7, 11))
                 members[f"aclImdb/{split}/{name}/{i}_{rating}.txt"] = text.encode("utf-8")
     # edge cases of the 500-character filter (characters, not bytes)
-    edge = {"aclImdb/train/pos/300_9.txt": 500, "aclImdb/train/neg/300_2.txt": 499,
-            "aclImdb/test/pos/100_8.txt": 500, "aclImdb/test/neg/100_1.txt": 499}
+    edge = {
+        "aclImdb/train/pos/300_9.txt": 500,
+        "aclImdb/train/neg/300_2.txt": 499,
+        "aclImdb/test/pos/100_8.txt": 500,
+        "aclImdb/test/neg/100_1.txt": 499,
+    }
     for path, length in edge.items():
         label = int("/pos/" in path)
         members[path] = (review(rng, label, 700) * 2)[:length].encode("utf-8")
@@ -254,15 +333,30 @@ def imdb() -> dict[str, bytes]:
         members[f"aclImdb/train/unsup/{i}_0.txt"] = text.encode("utf-8")
     vocab = sorted({w for w in [*FILLER, *POS, *NEG]})
     members["aclImdb/imdb.vocab"] = ("\n".join(vocab) + "\n").encode()
-    members["aclImdb/README"] = (b"Synthetic Large Movie Review Dataset fixture (psrnn).\n"
-                                 b"Same layout as aclImdb v1.0: train/{pos,neg,unsup}, test/{pos,neg},\n"
-                                 b"files <id>_<rating>.txt, ratings 1-4 negative, 7-10 positive.\n")
+    members["aclImdb/README"] = (
+        b"Synthetic Large Movie Review Dataset fixture (psrnn).\n"
+        b"Same layout as aclImdb v1.0: train/{pos,neg,unsup}, test/{pos,neg},\n"
+        b"files <id>_<rating>.txt, ratings 1-4 negative, 7-10 positive.\n"
+    )
     return {"aclImdb_v1.tar.gz": tar_gz_bytes(members)}
 
 
-DBPEDIA_CLASSES = ["Company", "EducationalInstitution", "Artist", "Athlete", "OfficeHolder",
-                   "MeanOfTransportation", "Building", "NaturalPlace", "Village", "Animal",
-                   "Plant", "Album", "Film", "WrittenWork"]
+DBPEDIA_CLASSES = [
+    "Company",
+    "EducationalInstitution",
+    "Artist",
+    "Athlete",
+    "OfficeHolder",
+    "MeanOfTransportation",
+    "Building",
+    "NaturalPlace",
+    "Village",
+    "Animal",
+    "Plant",
+    "Album",
+    "Film",
+    "WrittenWork",
+]
 DBPEDIA_WORDS = [
     ["company", "founded", "headquartered", "subsidiary", "corporation"],
     ["school", "university", "students", "college", "campus"],
@@ -280,15 +374,27 @@ DBPEDIA_WORDS = [
     ["novel", "book", "published", "author", "magazine"],
 ]
 SYLLABLES = ["ka", "lo", "mer", "ta", "vin", "sul", "dor", "en", "bra", "ki", "no", "zel"]
-PLACES = ["Zürich", "São Paulo", "Québec", "Kraków", "Reykjavík", "the United States",
-          "England", "Ontario", "New South Wales", "Bavaria"]
+PLACES = [
+    "Zürich",
+    "São Paulo",
+    "Québec",
+    "Kraków",
+    "Reykjavík",
+    "the United States",
+    "England",
+    "Ontario",
+    "New South Wales",
+    "Bavaria",
+]
 
 
 def abstract(rng: np.random.Generator, label: int) -> tuple[str, str]:
     """(title, abstract): class words mixed into filler, the last sentence names the class
     word again (so a small model can read the class off the last characters)."""
-    title = " ".join("".join(rng.choice(SYLLABLES, int(rng.integers(2, 4)))).capitalize()
-                     for _ in range(int(rng.integers(1, 3))))
+    title = " ".join(
+        "".join(rng.choice(SYLLABLES, int(rng.integers(2, 4)))).capitalize()
+        for _ in range(int(rng.integers(1, 3)))
+    )
     parts = [f"{title} is a {rng.choice(DBPEDIA_WORDS[label])} in {rng.choice(PLACES)}."]
     target = int(rng.integers(80, 450))
     while len(" ".join(parts)) < target:  # short sentences: a class word every ~30 characters
@@ -312,8 +418,10 @@ def dbpedia() -> dict[str, bytes]:
                 writer.writerow([label + 1, *abstract(rng, label)])
         members[f"dbpedia_csv/{split}.csv"] = buf.getvalue().encode("utf-8")
     members["dbpedia_csv/classes.txt"] = ("\n".join(DBPEDIA_CLASSES) + "\n").encode()
-    members["dbpedia_csv/readme.txt"] = (b"Synthetic DBpedia Ontology Classification Dataset "
-                                         b"fixture (psrnn): 14 classes, class,title,content.\n")
+    members["dbpedia_csv/readme.txt"] = (
+        b"Synthetic DBpedia Ontology Classification Dataset "
+        b"fixture (psrnn): 14 classes, class,title,content.\n"
+    )
     return {"dbpedia_csv.tar.gz": tar_gz_bytes(members)}
 
 
@@ -366,17 +474,83 @@ def write_imdb_like(path: Path, reviews_per_split: int, seed: int = 0) -> dict[s
     the archive's size in MiB."""
     rng = np.random.default_rng(seed)
     letters = np.array(list("etaoinshrdlcumwfgypbvkjxqz"))
-    freq = np.array([12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8, 2.4, 2.4,
-                     2.2, 2.0, 2.0, 1.9, 1.5, 1.0, 0.8, 0.15, 0.15, 0.1, 0.07])
-    words = ["".join(rng.choice(letters, size=int(k), p=freq / freq.sum()))
-             for k in rng.integers(1, 11, 4000)]
+    freq = np.array(
+        [
+            12.7,
+            9.1,
+            8.2,
+            7.5,
+            7.0,
+            6.7,
+            6.3,
+            6.1,
+            6.0,
+            4.3,
+            4.0,
+            2.8,
+            2.8,
+            2.4,
+            2.4,
+            2.2,
+            2.0,
+            2.0,
+            1.9,
+            1.5,
+            1.0,
+            0.8,
+            0.15,
+            0.15,
+            0.1,
+            0.07,
+        ]
+    )
+    words = [
+        "".join(rng.choice(letters, size=int(k), p=freq / freq.sum())) for k in rng.integers(1, 11, 4000)
+    ]
     words += [w.capitalize() for w in words[:1500:3]]  # sentence starts and names
     # rarer symbols real reviews have, so that the alphabet fills its 60 symbols
-    words += ["(1999)", "7/10", "3/10", '"great"', "it's", "don't", "-", "--", "...", ":", ";",
-              "&", "$5", "100%", "#1", "café", "über", "señor", "Zoë", "[sic]", "*", "Q&A", "e-mail",
-              "X-Men", "JFK", "UK", "TV", "DVD", "OK", "WWII", "Y2K", "B+", "Jr.", "4", "8", "6", "2"]
-    vocab = np.array([w + sep for w in words for sep in (" ", ", ", ". ", " ", "! ", "? ", " ")],
-                     dtype=object)
+    words += [
+        "(1999)",
+        "7/10",
+        "3/10",
+        '"great"',
+        "it's",
+        "don't",
+        "-",
+        "--",
+        "...",
+        ":",
+        ";",
+        "&",
+        "$5",
+        "100%",
+        "#1",
+        "café",
+        "über",
+        "señor",
+        "Zoë",
+        "[sic]",
+        "*",
+        "Q&A",
+        "e-mail",
+        "X-Men",
+        "JFK",
+        "UK",
+        "TV",
+        "DVD",
+        "OK",
+        "WWII",
+        "Y2K",
+        "B+",
+        "Jr.",
+        "4",
+        "8",
+        "6",
+        "2",
+    ]
+    vocab = np.array(
+        [w + sep for w in words for sep in (" ", ", ", ". ", " ", "! ", "? ", " ")], dtype=object
+    )
     rng.shuffle(vocab)
     zipf = 1.0 / np.arange(1, len(vocab) + 1) ** 1.05
     n = 2 * reviews_per_split
@@ -391,12 +565,16 @@ def write_imdb_like(path: Path, reviews_per_split: int, seed: int = 0) -> dict[s
         j = i % reviews_per_split
         label = "pos" if j % 2 else "neg"
         rating = int(rng.integers(7, 11) if label == "pos" else rng.integers(1, 5))
-        body = text[pos:pos + int(lengths[i])]
+        body = text[pos : pos + int(lengths[i])]
         members[f"aclImdb/{split}/{label}/{j // 2}_{rating}.txt"] = body.encode("utf-8")
         pos = (pos + int(lengths[i])) % max(len(text) - IMDB_CLIP[1], 1)
     files.write_bytes(path, tar_gz_bytes(members, FULL_SIZE_LEVEL))
-    return {"reviews": n, "chars": int(lengths.sum()), "mean_chars": float(lengths.mean()),
-            "archive_mb": path.stat().st_size / 2**20}
+    return {
+        "reviews": n,
+        "chars": int(lengths.sum()),
+        "mean_chars": float(lengths.mean()),
+        "archive_mb": path.stat().st_size / 2**20,
+    }
 
 
 def write_idx_like(folder: Path, n_train: int, n_test: int, seed: int = 0) -> dict[str, Any]:
@@ -412,12 +590,11 @@ def write_idx_like(folder: Path, n_train: int, n_test: int, seed: int = 0) -> di
             radius = rng.uniform(4, 9, (m, 1, 1))
             d = np.hypot(yy - c[:, 0], xx - c[:, 1])  # (m, 28, 28)
             ink = np.clip(1.6 - np.abs(d - radius), 0, 1)  # (m, 28, 28)
-            images[i:i + m] = (ink * 255).astype(np.uint8)
+            images[i : i + m] = (ink * 255).astype(np.uint8)
         labels = rng.integers(0, 10, n, dtype=np.uint8)
         for name, data in idx_files(prefix, images, labels, FULL_SIZE_LEVEL).items():
             files.write_bytes(folder / name, data)
-    return {"images": n_train + n_test,
-            "archive_mb": sum(p.stat().st_size for p in folder.iterdir()) / 2**20}
+    return {"images": n_train + n_test, "archive_mb": sum(p.stat().st_size for p in folder.iterdir()) / 2**20}
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -428,6 +605,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     sizes = write_fixtures(args.dir, tuple(args.datasets))
     for ds, blobs in sizes.items():
-        print(f"{ds}: {', '.join(n for n in blobs)} ({sum(blobs.values()) / 1e3:.0f} kB) "
-              f"-> {Path(args.dir) / ds}")
+        print(
+            f"{ds}: {', '.join(n for n in blobs)} ({sum(blobs.values()) / 1e3:.0f} kB) "
+            f"-> {Path(args.dir) / ds}"
+        )
     return 0

@@ -40,12 +40,12 @@ import torch
 import torch.nn.functional as F
 
 from psrnn import __version__, files
-from psrnn.cli import UserError
 from psrnn.config import ConfigError
 from psrnn.data import SPLITS
 from psrnn.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.data.sources import source
 from psrnn.datasets import REGISTRY, Dataset
+from psrnn.errors import UserError
 
 IMAGES = tuple(name for name, ds in REGISTRY.items() if ds.image_side is not None)
 TEXTS = tuple(name for name, ds in REGISTRY.items() if ds.image_side is None)
@@ -58,33 +58,47 @@ def default_options(ds: Dataset) -> dict[str, Any]:
     dataset's own ones); config/schema.yaml documents each key."""
     if ds.image_side is not None:
         return {"downsample": None, "valid_size": ds.valid_size, "seed": 0, **CAPS}
-    return {"min_chars": ds.min_chars, "max_length": None, "alphabet_size": ds.features,
-            "lowercase": ds.lowercase, "train_size": ds.train_size, "valid_size": ds.valid_size,
-            "seed": 0, **CAPS}
+    return {
+        "min_chars": ds.min_chars,
+        "max_length": None,
+        "alphabet_size": ds.features,
+        "lowercase": ds.lowercase,
+        "train_size": ds.train_size,
+        "valid_size": ds.valid_size,
+        "seed": 0,
+        **CAPS,
+    }
 
 
 # the suite config's `datasets.<dataset>.prepare` overrides these
 DEFAULTS: dict[str, dict[str, Any]] = {name: default_options(ds) for name, ds in REGISTRY.items()}
 
 NOTES = {
-    "mnist": ["valid: valid_size images drawn (seeded) from the official 60K training images; "
-              "test: the official 10K test images"],
-    "cifar10": ["Table 1's '45K / 15K' read as 45K train / 5K valid (seeded, from the official "
-                "50K training images) + the official 10K test images (5K + 10K = 15K held out)",
-                "one pixel per step, row-major, R/G/B as the 3 features"],
-    "imdb": ["reviews shorter than min_chars characters (raw length after UTF-8 decoding, before "
-             "any other change) removed from train and test",
-             "train/valid: seeded split of the kept official training reviews (train_size train, "
-             "the rest valid; or valid_size valid, the rest train); test: kept official test reviews",
-             "alphabet: index 0 = unknown, then the most frequent characters of the train split "
-             "(all of it, before a `train` cap; ties by code point); text kept as is (case, "
-             "<br /> tags)"],
-    "dbpedia": ["text: '<title> <abstract>' (both stripped), lowercased when lowercase is true "
-                "(Zhang et al. 2015)",
-                "valid: valid_size rows drawn (seeded) from the official 560K training rows; "
-                "test: the official 70K test rows",
-                "alphabet: index 0 = unknown, then the most frequent characters of the train split; "
-                "the model learns a 100-d embedding over it"],
+    "mnist": [
+        "valid: valid_size images drawn (seeded) from the official 60K training images; "
+        "test: the official 10K test images"
+    ],
+    "cifar10": [
+        "Table 1's '45K / 15K' read as 45K train / 5K valid (seeded, from the official "
+        "50K training images) + the official 10K test images (5K + 10K = 15K held out)",
+        "one pixel per step, row-major, R/G/B as the 3 features",
+    ],
+    "imdb": [
+        "reviews shorter than min_chars characters (raw length after UTF-8 decoding, before "
+        "any other change) removed from train and test",
+        "train/valid: seeded split of the kept official training reviews (train_size train, "
+        "the rest valid; or valid_size valid, the rest train); test: kept official test reviews",
+        "alphabet: index 0 = unknown, then the most frequent characters of the train split "
+        "(all of it, before a `train` cap; ties by code point); text kept as is (case, "
+        "<br /> tags)",
+    ],
+    "dbpedia": [
+        "text: '<title> <abstract>' (both stripped), lowercased when lowercase is true (Zhang et al. 2015)",
+        "valid: valid_size rows drawn (seeded) from the official 560K training rows; "
+        "test: the official 70K test rows",
+        "alphabet: index 0 = unknown, then the most frequent characters of the train split; "
+        "the model learns a 100-d embedding over it",
+    ],
 }
 NOTES["fmnist"] = NOTES["mnist"]
 
@@ -99,16 +113,23 @@ def resolve_options(dataset: str, given: dict[str, Any] | None) -> dict[str, Any
     given = {k: v for k, v in (given or {}).items()}
     unknown = sorted(set(given) - set(DEFAULTS[dataset]))
     if unknown:
-        raise ConfigError(f"prepare option(s) {', '.join(unknown)} do not apply to {dataset}; "
-                          f"known: {', '.join(sorted(DEFAULTS[dataset]))}")
+        raise ConfigError(
+            f"prepare option(s) {', '.join(unknown)} do not apply to {dataset}; "
+            f"known: {', '.join(sorted(DEFAULTS[dataset]))}"
+        )
     for key, value in given.items():
         if key == "lowercase":
             if not isinstance(value, bool):
                 raise ConfigError(f"prepare.{key}={value!r}: expected true or false")
-        elif value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                    or value < (0 if key in ("seed", "min_chars") else 1)):
-            raise ConfigError(f"prepare.{key}={value!r}: expected a "
-                              f"{'non-negative' if key in ('seed', 'min_chars') else 'positive'} integer")
+        elif value is not None and (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < (0 if key in ("seed", "min_chars") else 1)
+        ):
+            raise ConfigError(
+                f"prepare.{key}={value!r}: expected a "
+                f"{'non-negative' if key in ('seed', 'min_chars') else 'positive'} integer"
+            )
     if given.get("downsample") is not None and given["downsample"] < 2:
         raise ConfigError(f"prepare.downsample={given['downsample']}: expected >= 2")
     if given.get("alphabet_size") is not None and given["alphabet_size"] < 2:
@@ -130,8 +151,10 @@ def resolve_options(dataset: str, given: dict[str, Any] | None) -> dict[str, Any
 def split_indices(n: int, n_valid: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, valid) int64 indices of a seeded random split of range(n); valid has n_valid."""
     if not 0 < n_valid < n:
-        raise ConfigError(f"prepare: cannot move {n_valid} of {n} training samples to validation "
-                          f"(need 0 < valid < {n}); set valid_size")
+        raise ConfigError(
+            f"prepare: cannot move {n_valid} of {n} training samples to validation "
+            f"(need 0 < valid < {n}); set valid_size"
+        )
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return perm[n_valid:].clone(), perm[:n_valid].clone()
 
@@ -142,8 +165,10 @@ def valid_count(n: int, opts: dict[str, Any]) -> int:
         return int(opts["valid_size"])
     n_valid = n - int(opts["train_size"])
     if n_valid < 1:
-        raise ConfigError(f"prepare: only {n} training samples; train_size={opts['train_size']} "
-                          f"leaves none for validation (set valid_size)")
+        raise ConfigError(
+            f"prepare: only {n} training samples; train_size={opts['train_size']} "
+            f"leaves none for validation (set valid_size)"
+        )
     return n_valid
 
 
@@ -163,7 +188,7 @@ def image_sequences(images: torch.Tensor, side: int | None = None, chunk: int = 
     if side is not None and side != images.shape[1]:
         parts = []
         for i in range(0, len(images), chunk):
-            x = images[i:i + chunk].permute(0, 3, 1, 2).float()  # (B, C, H, W)
+            x = images[i : i + chunk].permute(0, 3, 1, 2).float()  # (B, C, H, W)
             x = F.interpolate(x, size=(side, side), mode="area")  # (B, C, s, s)
             parts.append(x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1))
         images = torch.cat(parts) if parts else images[:, :side, :side]
@@ -181,7 +206,7 @@ def _codepoints(text: str) -> np.ndarray:
 
 def _chunks(texts: list[str], size: int = 20_000):
     for i in range(0, len(texts), size):
-        yield texts[i:i + size]
+        yield texts[i : i + size]
 
 
 def build_alphabet(texts: list[str], size: int) -> list[str]:
@@ -191,7 +216,7 @@ def build_alphabet(texts: list[str], size: int) -> list[str]:
         counts += np.bincount(_codepoints("".join(part)), minlength=0x110000)
     seen = np.flatnonzero(counts)
     order = np.lexsort((seen, -counts[seen]))  # by count (descending), then code point
-    return [UNKNOWN] + [chr(int(c)) for c in seen[order][:size - 1]]
+    return [UNKNOWN] + [chr(int(c)) for c in seen[order][: size - 1]]
 
 
 def encode(texts: list[str], alphabet: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,8 +229,9 @@ def encode(texts: list[str], alphabet: list[str]) -> tuple[torch.Tensor, torch.T
     lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    x = np.concatenate([lut[_codepoints("".join(p))] for p in _chunks(texts)] or
-                       [np.zeros(0, np.uint8)])  # (L,)
+    x = np.concatenate(
+        [lut[_codepoints("".join(p))] for p in _chunks(texts)] or [np.zeros(0, np.uint8)]
+    )  # (L,)
     return torch.from_numpy(x), torch.from_numpy(offsets)
 
 
@@ -220,8 +246,11 @@ def decode(indices: torch.Tensor | list[int], alphabet: list[str], unknown: str 
 def length_stats(lengths: torch.Tensor) -> dict[str, float | int]:
     if len(lengths) == 0:
         return {"mean": 0.0, "min": 0, "max": 0}
-    return {"mean": round(float(lengths.double().mean()), 2), "min": int(lengths.min()),
-            "max": int(lengths.max())}
+    return {
+        "mean": round(float(lengths.double().mean()), 2),
+        "min": int(lengths.min()),
+        "max": int(lengths.max()),
+    }
 
 
 def class_balance(y: torch.Tensor, num_classes: int) -> list[int]:
@@ -233,31 +262,43 @@ def class_balance(y: torch.Tensor, num_classes: int) -> list[int]:
 
 def prepare_images(raw: RawData, opts: dict[str, Any]) -> tuple[dict[str, dict], dict[str, Any]]:
     """RawData of images -> ({split: {"x", "y"}}, manifest fields)."""
-    train_idx, valid_idx = split_indices(len(raw.train), valid_count(len(raw.train), opts),
-                                         opts["seed"])
-    picks = {"train": (raw.train, cap(train_idx, opts["train"])),
-             "valid": (raw.train, cap(valid_idx, opts["valid"])),
-             "test": (raw.test, cap(torch.arange(len(raw.test)), opts["test"]))}
+    train_idx, valid_idx = split_indices(len(raw.train), valid_count(len(raw.train), opts), opts["seed"])
+    picks = {
+        "train": (raw.train, cap(train_idx, opts["train"])),
+        "valid": (raw.train, cap(valid_idx, opts["valid"])),
+        "test": (raw.test, cap(torch.arange(len(raw.test)), opts["test"])),
+    }
     out = {}
     for split, (data, idx) in picks.items():
-        out[split] = {"x": image_sequences(data.x[idx], opts["downsample"]),  # (N, T, C)
-                      "y": data.y[idx].clone()}
+        out[split] = {
+            "x": image_sequences(data.x[idx], opts["downsample"]),  # (N, T, C)
+            "y": data.y[idx].clone(),
+        }
     t, c = out["train"]["x"].shape[1:]
     side = opts["downsample"] or raw.train.x.shape[1]
-    return out, {"input": "continuous", "features": int(c), "scale": 255.0, "steps": int(t),
-                 "image_size": [int(side), int(side)], "alphabet": None}
+    return out, {
+        "input": "continuous",
+        "features": int(c),
+        "scale": 255.0,
+        "steps": int(t),
+        "image_size": [int(side), int(side)],
+        "alphabet": None,
+    }
 
 
 def prepare_texts(raw: RawData, opts: dict[str, Any]) -> tuple[dict[str, dict], dict[str, Any]]:
     """RawData of texts -> ({split: {"x", "offsets", "y"}}, manifest fields)."""
+
     def keep(split: RawSplit) -> RawSplit:
         kept = [i for i, t in enumerate(split.x) if len(t) >= opts["min_chars"]]
         return RawSplit([split.x[i] for i in kept], split.y[kept], [split.ids[i] for i in kept])
 
     train, test = keep(raw.train), keep(raw.test)
-    filtered = {"min_chars": opts["min_chars"],
-                "train": {"before": len(raw.train), "kept": len(train)},
-                "test": {"before": len(raw.test), "kept": len(test)}}
+    filtered = {
+        "min_chars": opts["min_chars"],
+        "train": {"before": len(raw.train), "kept": len(train)},
+        "test": {"before": len(raw.test), "kept": len(test)},
+    }
     if len(test) == 0:
         raise ConfigError(f"prepare: no test text has >= {opts['min_chars']} characters")
     train_idx, valid_idx = split_indices(len(train), valid_count(len(train), opts), opts["seed"])
@@ -268,31 +309,41 @@ def prepare_texts(raw: RawData, opts: dict[str, Any]) -> tuple[dict[str, dict], 
         if opts["lowercase"]:
             out = [t.lower() for t in out]
         if opts["max_length"]:
-            out = [t[:opts["max_length"]] for t in out]
+            out = [t[: opts["max_length"]] for t in out]
         return out
 
     alphabet = build_alphabet(texts(train, train_idx), opts["alphabet_size"])
-    picks = {"train": (train, cap(train_idx, opts["train"])),
-             "valid": (train, cap(valid_idx, opts["valid"])),
-             "test": (test, cap(test_idx, opts["test"]))}
+    picks = {
+        "train": (train, cap(train_idx, opts["train"])),
+        "valid": (train, cap(valid_idx, opts["valid"])),
+        "test": (test, cap(test_idx, opts["test"])),
+    }
     out, unknown = {}, {}
     for split, (data, idx) in picks.items():
         x, offsets = encode(texts(data, idx), alphabet)
         out[split] = {"x": x, "offsets": offsets, "y": data.y[idx].clone()}
         unknown[split] = round(float((x == 0).double().mean()) if len(x) else 0.0, 6)
-    return out, {"input": "categorical", "features": len(alphabet), "scale": 1.0, "steps": None,
-                 "alphabet": alphabet, "unknown_index": 0, "unknown_rate": unknown,
-                 "filtered": filtered}
+    return out, {
+        "input": "categorical",
+        "features": len(alphabet),
+        "scale": 1.0,
+        "steps": None,
+        "alphabet": alphabet,
+        "unknown_index": 0,
+        "unknown_rate": unknown,
+        "filtered": filtered,
+    }
 
 
 # the options that size each prepared split (for the message when one is too small)
-SIZE_OPTIONS = {"train": ("train_size", "valid_size", "train", "min_chars"),
-                "valid": ("valid_size", "train_size", "valid", "min_chars"),
-                "test": ("test", "min_chars")}
+SIZE_OPTIONS = {
+    "train": ("train_size", "valid_size", "train", "min_chars"),
+    "valid": ("valid_size", "train_size", "valid", "min_chars"),
+    "test": ("test", "min_chars"),
+}
 
 
-def check_splits(dataset: str, splits: dict[str, dict], classes: list[str],
-                 opts: dict[str, Any]) -> None:
+def check_splits(dataset: str, splits: dict[str, dict], classes: list[str], opts: dict[str, Any]) -> None:
     """Each prepared split is non-empty and holds every class: a class that a small cap
     or the length filter removed would make its accuracy mean something else."""
     for split in SPLITS:
@@ -303,8 +354,10 @@ def check_splits(dataset: str, splits: dict[str, dict], classes: list[str],
             raise ConfigError(f"prepare: {dataset} {split} split is empty{options}")
         missing = missing_classes(y, classes)
         if missing:
-            raise ConfigError(f"prepare: {dataset} {split} split ({len(y)} sequences) has no "
-                              f"examples of {missing}; make it larger{options}")
+            raise ConfigError(
+                f"prepare: {dataset} {split} split ({len(y)} sequences) has no "
+                f"examples of {missing}; make it larger{options}"
+            )
 
 
 def source_md5s(dataset: str, raw_dir: Path) -> dict[str, str]:
@@ -316,19 +369,26 @@ def source_md5s(dataset: str, raw_dir: Path) -> dict[str, str]:
     for name in source(dataset).files:
         path = raw_dir / name
         if not path.is_file():
-            raise FileNotFoundError(f"raw file not found: {path} "
-                                    f"(run `python -m psrnn download {dataset} ...` first)")
+            raise FileNotFoundError(
+                f"raw file not found: {path} (run `python -m psrnn download {dataset} ...` first)"
+            )
         out[name] = files.md5sum(path)
         known = (record or {}).get("files", {}).get(name, {}).get("md5")
         if known and known != out[name]:
-            raise UserError(f"{path}: md5 {out[name]} differs from {known} recorded by download "
-                            f"in {raw_dir / MARKER}; download again")
+            raise UserError(
+                f"{path}: md5 {out[name]} differs from {known} recorded by download "
+                f"in {raw_dir / MARKER}; download again"
+            )
     return out
 
 
-def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
-            options: dict[str, Any] | None = None,
-            stamp: dict[str, Any] | None = None) -> dict[str, Any]:
+def prepare(
+    dataset: str,
+    raw_dir: str | Path,
+    out_dir: str | Path,
+    options: dict[str, Any] | None = None,
+    stamp: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Read `raw_dir`, split/filter/encode, write `out_dir` atomically; return the manifest.
     `stamp`: extra manifest keys (the workflow's settings digest, workflow.dataset_stamp)."""
     opts = resolve_options(dataset, options)
@@ -338,8 +398,12 @@ def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
     build = prepare_images if dataset in IMAGES else prepare_texts
     splits, fields = build(raw, opts)
     check_splits(dataset, splits, raw.classes, opts)
-    lengths = {s: (d["offsets"][1:] - d["offsets"][:-1]) if "offsets" in d
-               else torch.full((len(d["y"]),), d["x"].shape[1]) for s, d in splits.items()}
+    lengths = {
+        s: (d["offsets"][1:] - d["offsets"][:-1])
+        if "offsets" in d
+        else torch.full((len(d["y"]),), d["x"].shape[1])
+        for s, d in splits.items()
+    }
     manifest = {
         "dataset": dataset,
         **fields,
@@ -360,8 +424,9 @@ def prepare(dataset: str, raw_dir: str | Path, out_dir: str | Path,
     return manifest
 
 
-def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
-                   manifest: dict[str, Any]) -> None:
+def write_prepared(
+    out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
+) -> None:
     """Write the split files and manifest.json into a temporary folder, then rename it to `out_dir`."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -377,8 +442,7 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
         old = None
         if out_dir.exists():
             # a folder cannot be replaced in one rename: move the old one aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old",
-                                        dir=out_dir.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
             out_dir.rename(old / out_dir.name)
         tmp.rename(out_dir)
         if old is not None:
@@ -392,12 +456,18 @@ def write_prepared(out_dir: Path, splits: dict[str, dict[str, torch.Tensor]],
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help=", ".join(REGISTRY))
-    p.add_argument("--config", help="suite config: folders under data/<name>/ and its "
-                                    "datasets.<dataset>.prepare options")
+    p.add_argument(
+        "--config", help="suite config: folders under data/<name>/ and its datasets.<dataset>.prepare options"
+    )
     p.add_argument("--raw", help="folder with the downloaded archives (default: from --config)")
     p.add_argument("--out", help="prepared folder to write (default: from --config)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a prepare option, e.g. --set downsample=14 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a prepare option, e.g. --set downsample=14 (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -420,6 +490,9 @@ def run(args: argparse.Namespace) -> int:
     m = prepare(args.dataset, raw, out, opts, stamp=stamp)
     counts = ", ".join(f"{s} {m['counts'][s]}" for s in SPLITS)
     mean = m["length"]["train"]["mean"]
-    print(f"{args.dataset}: {counts}; {m['num_classes']} classes; mean length {mean:g} "
-          f"x {m['features']} -> {out}", file=sys.stdout)
+    print(
+        f"{args.dataset}: {counts}; {m['num_classes']} classes; mean length {mean:g} "
+        f"x {m['features']} -> {out}",
+        file=sys.stdout,
+    )
     return 0

@@ -20,9 +20,10 @@ import re
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,12 +31,23 @@ from torchvision.datasets import FashionMNIST
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import extract_archive
 
-from psrnn.cli import UserError
+from psrnn.errors import UserError
 
 # What a damaged gzip / tar archive raises while it is being read.
-ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError,
-                  pickle.UnpicklingError, UnicodeDecodeError, ValueError, KeyError,
-                  TypeError, AssertionError, RuntimeError)
+ARCHIVE_ERRORS = (
+    tarfile.TarError,
+    EOFError,
+    zlib.error,
+    gzip.BadGzipFile,
+    OSError,
+    pickle.UnpicklingError,
+    UnicodeDecodeError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AssertionError,
+    RuntimeError,
+)
 
 
 @dataclass
@@ -60,8 +72,9 @@ class RawData:
 
 def need(path: Path) -> Path:
     if not path.is_file():
-        raise FileNotFoundError(f"raw file not found: {path} "
-                                f"(run `python -m psrnn download <dataset> ...` first)")
+        raise FileNotFoundError(
+            f"raw file not found: {path} (run `python -m psrnn download <dataset> ...` first)"
+        )
     return path
 
 
@@ -89,12 +102,16 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
             x = _read_idx_file(paths[images], tmp, read_image_file)  # (N, H, W)
             y = _read_idx_file(paths[labels], tmp, read_label_file)  # (N,)
             if len(x) != len(y):
-                raise UserError(f"{paths[images]}: {len(x)} images but {paths[labels].name} "
-                                f"has {len(y)} labels")
+                raise UserError(
+                    f"{paths[images]}: {len(x)} images but {paths[labels].name} has {len(y)} labels"
+                )
             if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
                 raise UserError(f"{paths[labels]}: labels outside 0..{len(classes) - 1}")
-            splits[split] = RawSplit(x.unsqueeze(-1).contiguous(), y.long(),  # (N, H, W, 1)
-                                     source=str(paths[labels]))
+            splits[split] = RawSplit(
+                x.unsqueeze(-1).contiguous(),
+                y.long(),  # (N, H, W, 1)
+                source=str(paths[labels]),
+            )
     return RawData(splits["train"], splits["test"], classes)
 
 
@@ -131,14 +148,14 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
                 if m.name in wanted and m.isfile():
                     # pickle is the upstream format; the archive's md5 was checked on download
                     members[m.name.split("/")[-1]] = _str_keys(
-                        pickle.load(tar.extractfile(m), encoding="bytes"))  # noqa: S301
+                        pickle.load(tar.extractfile(m), encoding="bytes")
+                    )  # noqa: S301
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
     missing = sorted(n.split("/")[-1] for n in wanted if n.split("/")[-1] not in members)
     if missing:
         raise UserError(f"{path}: missing {', '.join(f'{CIFAR_DIR}/{n}' for n in missing)}")
-    classes = [c.decode() if isinstance(c, bytes) else str(c)
-               for c in members["batches.meta"]["label_names"]]
+    classes = [c.decode() if isinstance(c, bytes) else str(c) for c in members["batches.meta"]["label_names"]]
 
     def batches(names: list[str]) -> RawSplit:
         xs, ys = [], []
@@ -156,8 +173,11 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
             raise UserError(f"{path}: labels outside 0..{len(classes) - 1}")
         where = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
-        return RawSplit(torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))), y,
-                        source=f"{path}: {CIFAR_DIR}/{where}")
+        return RawSplit(
+            torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))),
+            y,
+            source=f"{path}: {CIFAR_DIR}/{where}",
+        )
 
     return RawData(batches(CIFAR_TRAIN), batches(["test_batch"]), classes)
 
@@ -197,17 +217,23 @@ def read_imdb(raw_dir: str | Path, archive: str = "aclImdb_v1.tar.gz") -> RawDat
         raise
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
-    return RawData(_text_split(path, found["train"], "aclImdb/train/{neg,pos}/*.txt"),
-                   _text_split(path, found["test"], "aclImdb/test/{neg,pos}/*.txt"),
-                   IMDB_CLASSES)
+    return RawData(
+        _text_split(path, found["train"], "aclImdb/train/{neg,pos}/*.txt"),
+        _text_split(path, found["test"], "aclImdb/test/{neg,pos}/*.txt"),
+        IMDB_CLASSES,
+    )
 
 
 def _text_split(path: Path, rows: list[tuple[int, int, str, str]], pattern: str) -> RawSplit:
     if not rows:
         raise UserError(f"{path}: no reviews matching {pattern}")
     rows.sort()
-    return RawSplit([r[3] for r in rows], torch.tensor([r[0] for r in rows], dtype=torch.int64),
-                    [r[2] for r in rows], source=f"{path}: {pattern}")
+    return RawSplit(
+        [r[3] for r in rows],
+        torch.tensor([r[0] for r in rows], dtype=torch.int64),
+        [r[2] for r in rows],
+        source=f"{path}: {pattern}",
+    )
 
 
 # --- DBpedia: dbpedia_csv/{train,test}.csv, classes.txt ----------------------------------
@@ -227,11 +253,11 @@ def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> Ra
         with tarfile.open(path, "r:gz") as tar:
             for m in tar:
                 name = m.name.removeprefix(f"{DBPEDIA_DIR}/")
-                if m.name.startswith(f"{DBPEDIA_DIR}/") and name in ("train.csv", "test.csv",
-                                                                        "classes.txt"):
+                if m.name.startswith(f"{DBPEDIA_DIR}/") and name in ("train.csv", "test.csv", "classes.txt"):
                     text = io.TextIOWrapper(tar.extractfile(m), encoding="utf-8", newline="")
-                    data[name] = (text.read().split() if name == "classes.txt"
-                                  else list(_csv_rows(path, m.name, text)))
+                    data[name] = (
+                        text.read().split() if name == "classes.txt" else list(_csv_rows(path, m.name, text))
+                    )
     except UserError:
         raise
     except ARCHIVE_ERRORS as err:
@@ -248,9 +274,12 @@ def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> Ra
         bad = [r for r in rows if not 0 <= r[0] < len(classes)]
         if bad:
             raise UserError(f"{path}: {bad[0][2]}: class {bad[0][0] + 1} outside 1..{len(classes)}")
-        splits[split] = RawSplit([r[1] for r in rows],
-                                 torch.tensor([r[0] for r in rows], dtype=torch.int64),
-                                 [r[2] for r in rows], source=f"{path}: {DBPEDIA_DIR}/{split}.csv")
+        splits[split] = RawSplit(
+            [r[1] for r in rows],
+            torch.tensor([r[0] for r in rows], dtype=torch.int64),
+            [r[2] for r in rows],
+            source=f"{path}: {DBPEDIA_DIR}/{split}.csv",
+        )
     return RawData(splits["train"], splits["test"], classes)
 
 
@@ -293,6 +322,7 @@ def check_classes(dataset: str, raw: RawData) -> None:
 def missing_classes(y: torch.Tensor, classes: list[str]) -> str:
     """'class 1 (pos)' / 'classes 3 (cat), 5 (dog)' for the classes without a label in y; '' if none."""
     counts = torch.bincount(y, minlength=len(classes))
-    absent = [str(c) if name == str(c) else f"{c} ({name})"
-              for c, name in enumerate(classes) if counts[c] == 0]
+    absent = [
+        str(c) if name == str(c) else f"{c} ({name})" for c, name in enumerate(classes) if counts[c] == 0
+    ]
     return f"class{'es' if len(absent) > 1 else ''} {', '.join(absent)}" if absent else ""

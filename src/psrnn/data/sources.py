@@ -40,8 +40,9 @@ class Source:
         return tuple(self.md5)
 
 
-def _from_mirrors(dataset: str, mirrors: list[str], resources: list[tuple[str, str]],
-                  homepage: str) -> Source:
+def _from_mirrors(
+    dataset: str, mirrors: list[str], resources: list[tuple[str, str]], homepage: str
+) -> Source:
     return Source(
         dataset=dataset,
         md5={name: md5 for name, md5 in resources},
@@ -53,18 +54,21 @@ def _from_mirrors(dataset: str, mirrors: list[str], resources: list[tuple[str, s
 # Zhang et al. (2015) released DBpedia as dbpedia_csv.tar.gz in a Google Drive folder;
 # torchtext and most loaders use this file id and md5. `confirm=t` skips Drive's
 # "cannot scan this file for viruses" page that large files get.
-DBPEDIA_DRIVE = ("https://drive.google.com/uc?export=download"
-                 "&id=0Bz8a_Dbh9QhbQ2Vic1kxMmZZQ1k&confirm=t")
+DBPEDIA_DRIVE = "https://drive.google.com/uc?export=download&id=0Bz8a_Dbh9QhbQ2Vic1kxMmZZQ1k&confirm=t"
 # fast.ai re-packed the same folder as dbpedia_csv.tgz: 68,341,743 bytes, md5 from
 # fastai's fastai/data/checks.txt. Same CSV files, other archive bytes.
-DBPEDIA_FASTAI = Url("https://s3.amazonaws.com/fast-ai-nlp/dbpedia_csv.tgz",
-                     md5="239c7837b9e79db34486f3de6a00e38e")
+DBPEDIA_FASTAI = Url(
+    "https://s3.amazonaws.com/fast-ai-nlp/dbpedia_csv.tgz", md5="239c7837b9e79db34486f3de6a00e38e"
+)
 
 SOURCES: dict[str, Source] = {
-    "mnist": _from_mirrors("mnist", MNIST.mirrors, MNIST.resources,
-                           "http://yann.lecun.com/exdb/mnist/"),
-    "fmnist": _from_mirrors("fmnist", FashionMNIST.mirrors, FashionMNIST.resources,
-                            "https://github.com/zalandoresearch/fashion-mnist"),
+    "mnist": _from_mirrors("mnist", MNIST.mirrors, MNIST.resources, "http://yann.lecun.com/exdb/mnist/"),
+    "fmnist": _from_mirrors(
+        "fmnist",
+        FashionMNIST.mirrors,
+        FashionMNIST.resources,
+        "https://github.com/zalandoresearch/fashion-mnist",
+    ),
     "cifar10": Source(
         dataset="cifar10",
         md5={CIFAR10.filename: CIFAR10.tgz_md5},
@@ -75,8 +79,7 @@ SOURCES: dict[str, Source] = {
     "imdb": Source(
         dataset="imdb",
         md5={"aclImdb_v1.tar.gz": "7c2ac02c03563afcf9b574c7e56c153a"},
-        urls={"aclImdb_v1.tar.gz": (
-            Url("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"),)},
+        urls={"aclImdb_v1.tar.gz": (Url("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"),)},
         homepage="https://ai.stanford.edu/~amaas/data/sentiment/",
         sizes={"aclImdb_v1.tar.gz": 84_125_825},
     ),
@@ -93,7 +96,7 @@ SOURCES: dict[str, Source] = {
 
 def source(dataset: str) -> Source:
     if dataset not in SOURCES:
-        from psrnn.cli import UserError
+        from psrnn.errors import UserError
 
         raise UserError(f"unknown dataset {dataset!r}; known: {', '.join(SOURCES)}")
     return SOURCES[dataset]

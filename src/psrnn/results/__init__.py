@@ -2,7 +2,7 @@
 paper build, from finished runs.
 
     python -m psrnn compile --config config/small.yaml            # tables, figures, REPORT.md
-    python -m psrnn compile --config config/paper.yaml --paper    # ... and the paper PDF (latexmk)
+    python -m psrnn paper --config config/paper.yaml      # then the paper PDF (latexmk; psrnn.results.paper)
 
 Reads `results/<name>/runs/<experiment>/seed<k>/` (metrics.json, history.csv,
 hidden_states.npz, grad_norms.npz), `data/<name>/prepared/<dataset>/manifest.json` and
@@ -11,7 +11,7 @@ hidden_states.npz, grad_norms.npz), `data/<name>/prepared/<dataset>/manifest.jso
     tables/table{1,2,3,4}.{csv,md,tex}, tables/psrnn-config.tex (config macros for paper/main.tex)
     figures/{fig1_gradient_norms,fig2_shared_proportion,fig3_hidden_states,curves_<exp>}.{pdf,png,svg}
     REPORT.md, metrics.json (summary for `dvc metrics show`)
-    paper/paper.pdf, paper/build.json (--paper; see psrnn.results.paper)
+    (paper/paper.pdf and paper/build.json come from `python -m psrnn paper`, psrnn.results.paper)
 
 Same inputs give byte-identical outputs; unfinished runs are shown as missing ("—").
 Modules: collect (reading), stats, tables, figures, report, paper.
@@ -30,29 +30,35 @@ TABLE_FORMATS = ("csv", "md", "tex")
 FIGURE_FORMATS = ("pdf", "png", "svg")
 FIGURE_TITLES = {  # the figures' titles, also their captions in REPORT.md and --report
     "fig1_gradient_norms": "Figure 1, measured: gradient norm per time step w.r.t. the hidden state "
-                           "(best checkpoint)",
+    "(best checkpoint)",
     "fig2_shared_proportion": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)",
-    "fig3_hidden_states": "Figure 3: hidden-state pictures (each unit's values over time, one square per unit)",
+    "fig3_hidden_states": "Figure 3: hidden-state pictures "
+    "(each unit's values over time, one square per unit)",
 }
 
 
 def output_paths(cfg: dict[str, Any]) -> list[Path]:
     """Every file `compile` writes for a validated suite config (for workflow rules)."""
     root = C.results_root(cfg)
-    stems = ["fig1_gradient_norms", "fig2_shared_proportion", "fig3_hidden_states",
-             *(f"curves_{e}" for e in C.enabled_experiments(cfg))]
-    return ([root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
-            + [root / "tables" / "psrnn-config.tex"]
-            + [root / "figures" / f"{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
-            + [root / "REPORT.md", root / "metrics.json"])
+    stems = [
+        "fig1_gradient_norms",
+        "fig2_shared_proportion",
+        "fig3_hidden_states",
+        *(f"curves_{e}" for e in C.enabled_experiments(cfg)),
+    ]
+    return (
+        [root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
+        + [root / "tables" / "psrnn-config.tex"]
+        + [root / "figures" / f"{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
+        + [root / "REPORT.md", root / "metrics.json"]
+    )
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="suite config (YAML)")
-    p.add_argument("--reference", default=None,
-                   help="reference numbers (default: config/reference.yaml of the project)")
-    p.add_argument("--paper", action="store_true",
-                   help="then build paper/main.tex into results/<name>/paper/paper.pdf (latexmk)")
+    p.add_argument(
+        "--reference", default=None, help="reference numbers (default: config/reference.yaml of the project)"
+    )
 
 
 def compile_all(s, results_dir: Path) -> list[Path]:
@@ -83,7 +89,6 @@ def compile_all(s, results_dir: Path) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     from psrnn.results.collect import REFERENCE_PATH, gather, load_reference
     from psrnn.results.fmt import SMALL_LABEL
-    from psrnn.results.paper import build_paper, report_status
     from psrnn.results.report import all_runs
 
     cfg = C.load_suite(args.config)
@@ -92,9 +97,8 @@ def run(args: argparse.Namespace) -> int:
     s = gather(cfg, reference, results_dir, C.data_root(cfg))
     finished, expected = len(all_runs(s)), len(s.experiments) * len(cfg["seeds"])
     written = compile_all(s, results_dir)
-    print(f"compile: {len(written)} files in {results_dir} from {finished} of {expected} runs"
-          + ("" if s.paper_scale else f" ({SMALL_LABEL})"))
-    if args.paper:
-        return report_status(build_paper(cfg, results_dir))
+    print(
+        f"compile: {len(written)} files in {results_dir} from {finished} of {expected} runs"
+        + ("" if s.paper_scale else f" ({SMALL_LABEL})")
+    )
     return 0
-

@@ -157,8 +157,14 @@ def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, A
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, data_dir: Path) -> Suite:
     check_refs(cfg, reference)
     runs = load_runs(cfg, results_dir)
-    return Suite(cfg=cfg, reference=reference, runs=runs, settings=load_settings(cfg, runs),
-                 manifests=load_manifests(cfg, data_dir), search=load_search(results_dir))
+    return Suite(
+        cfg=cfg,
+        reference=reference,
+        runs=runs,
+        settings=load_settings(cfg, runs),
+        manifests=load_manifests(cfg, data_dir),
+        search=load_search(results_dir),
+    )
 
 
 def load_history(run: Run) -> pd.DataFrame | None:
@@ -201,11 +207,29 @@ def manifest_stats(m: dict[str, Any]) -> dict[str, float | None]:
     """Table 1's numbers from a manifest: mean length (train split), classes, split sizes."""
     out: dict[str, float | None] = {"classes": _num(_dig(m, "num_classes", "classes"))}
     for split in C_SPLITS:
-        out[split] = _num(_dig(m, f"counts.{split}", f"splits.{split}.count", f"splits.{split}.n",
-                               f"splits.{split}.size", f"{split}.count", f"{split}.n", f"sizes.{split}"))
-    mean = _dig(m, "lengths.train.mean", "length.train.mean", "splits.train.length.mean",
-                "splits.train.lengths.mean", "splits.train.mean_length", "train.length.mean",
-                "mean_length.train", "length_stats.train.mean")
+        out[split] = _num(
+            _dig(
+                m,
+                f"counts.{split}",
+                f"splits.{split}.count",
+                f"splits.{split}.n",
+                f"splits.{split}.size",
+                f"{split}.count",
+                f"{split}.n",
+                f"sizes.{split}",
+            )
+        )
+    mean = _dig(
+        m,
+        "lengths.train.mean",
+        "length.train.mean",
+        "splits.train.length.mean",
+        "splits.train.lengths.mean",
+        "splits.train.mean_length",
+        "train.length.mean",
+        "mean_length.train",
+        "length_stats.train.mean",
+    )
     out["mean_length"] = _num(mean)
     return out
 

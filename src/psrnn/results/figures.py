@@ -14,8 +14,8 @@ DPI, SVG hash salt and metadata without dates, so the same runs give the same by
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import matplotlib
 
@@ -94,8 +94,15 @@ def fig2_shared_proportion(s: Suite) -> Figure:
     ref = s.reference["table4"]
     px = [r["shared"] for r in ref]
     ax_acc.plot(px, [r["acc"] for r in ref], "s--", color=COLORS["acc"], mfc="none", lw=0.8, label="paper")
-    ax_loss.plot(px, [r["main_loss"] for r in ref], "o--", color=COLORS["main"], mfc="none", lw=0.8,
-                 label="main loss (paper)")
+    ax_loss.plot(
+        px,
+        [r["main_loss"] for r in ref],
+        "o--",
+        color=COLORS["main"],
+        mfc="none",
+        lw=0.8,
+        label="main loss (paper)",
+    )
     aux_ref = [(r["shared"], r["aux_loss"]) for r in ref if r["aux_loss"] is not None]
     ax_loss.plot(*zip(*aux_ref), "^--", color=COLORS["aux"], mfc="none", lw=0.8, label="aux loss (paper)")
 
@@ -104,8 +111,14 @@ def fig2_shared_proportion(s: Suite) -> Figure:
         for exp in s.experiments_for(r["id"]):
             if s.runs.get(exp):
                 aux = metric(s, exp, "test_aux_loss") if s.kind(exp) != "gru" else None
-                ours.append((shared_percent(s.settings[exp]), metric(s, exp, "test_acc", 100.0),
-                             metric(s, exp, "test_main_loss"), aux))
+                ours.append(
+                    (
+                        shared_percent(s.settings[exp]),
+                        metric(s, exp, "test_acc", 100.0),
+                        metric(s, exp, "test_main_loss"),
+                        aux,
+                    )
+                )
     ours.sort(key=lambda o: o[0])
     if ours:
         x = [o[0] for o in ours]
@@ -113,10 +126,18 @@ def fig2_shared_proportion(s: Suite) -> Figure:
         _errorbar(ax_loss, x, [o[2] for o in ours], "o-", COLORS["main"], "main loss (ours)")
         aux = [(o[0], o[3]) for o in ours if o[3] is not None]
         if aux:
-            _errorbar(ax_loss, [a[0] for a in aux], [a[1] for a in aux], "^-", COLORS["aux"], "aux loss (ours)")
+            _errorbar(
+                ax_loss, [a[0] for a in aux], [a[1] for a in aux], "^-", COLORS["aux"], "aux loss (ours)"
+            )
     else:
-        ax_acc.text(0.5, 0.05, "no finished table4 runs: paper values only",
-                    transform=ax_acc.transAxes, ha="center", fontsize=7)
+        ax_acc.text(
+            0.5,
+            0.05,
+            "no finished table4 runs: paper values only",
+            transform=ax_acc.transAxes,
+            ha="center",
+            fontsize=7,
+        )
     ax_acc.set_title("test accuracy", fontsize=8)
     ax_acc.set_ylabel("test accuracy (%)")
     ax_loss.set_title("test main (cross-entropy) and auxiliary loss", fontsize=8)
@@ -168,7 +189,7 @@ def mosaic(pictures: list[np.ndarray], rows: int) -> np.ndarray:
     out = np.full((rows * (h + 1) - 1, cols * (w + 1) - 1), np.nan)
     for i, p in enumerate(pictures):
         r, c = i % rows, i // rows  # column-major, like the paper: 2 columns of 4 units
-        out[r * (h + 1): r * (h + 1) + h, c * (w + 1): c * (w + 1) + w] = p
+        out[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = p
     return out
 
 
@@ -189,8 +210,12 @@ def fig3_hidden_states(s: Suite) -> Figure:
     cols = math.ceil(max(r, d - r, 1) / rows)
     aspect = (cols * (side + 1) - 1) / (rows * (side + 1) - 1)  # mosaic width / height
     row_h = 2.0
-    fig = _figure(s, f"{title}\n{exp}, seed {seed}, d = {d}, shared units 1-{r}, private {r + 1}-{d}",
-                  max(6.4, row_h * (1 + 2 * aspect) + 2.0), 1.2 + row_h * len(epochs))
+    fig = _figure(
+        s,
+        f"{title}\n{exp}, seed {seed}, d = {d}, shared units 1-{r}, private {r + 1}-{d}",
+        max(6.4, row_h * (1 + 2 * aspect) + 2.0),
+        1.2 + row_h * len(epochs),
+    )
     axes = fig.subplots(len(epochs), 3, squeeze=False, width_ratios=[1, aspect, aspect])
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="white")
     x = z["x"][0]  # (T, F) the recorded test sequence
@@ -201,7 +226,10 @@ def fig3_hidden_states(s: Suite) -> Figure:
         ax_in, ax_s, ax_p = axes[i]
         _input_picture(ax_in, x)
         ax_in.set_ylabel("start" if epoch == 0 else f"after {epoch} epoch" + ("s" if epoch > 1 else ""))
-        for ax, group, name in ((ax_s, pics[:r], f"shared units 1-{r}"), (ax_p, pics[r:], f"private units {r + 1}-{d}")):
+        for ax, group, name in (
+            (ax_s, pics[:r], f"shared units 1-{r}"),
+            (ax_p, pics[r:], f"private units {r + 1}-{d}"),
+        ):
             image = ax.imshow(mosaic(group, rows), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
@@ -242,7 +270,7 @@ def curves(s: Suite, exp: str) -> Figure:
     for i, (seed, h) in enumerate(runs):
         c = f"C{i % 10}"
 
-        def line(ax, col, style="-", lw=1.2, scale=1.0, **kw):
+        def line(ax, col, style="-", lw=1.2, scale=1.0, h=h, c=c, **kw):
             if col in h:  # a column a future history.csv drops is left out, not fatal
                 ax.plot(h["epoch"], scale * h[col], style, color=c, lw=lw, **kw)
 
@@ -283,6 +311,7 @@ def fig1_models(s: Suite) -> list[tuple[str, str, int]]:
     with a grad_norms.npz, falling back to the Figure 3 experiment; the GRU and full-share
     panels are the best of their kind on the same dataset. Seed = the smallest with the file.
     """
+
     def with_norms(exp: str) -> int | None:
         return next((r.seed for r in s.runs.get(exp, []) if (r.dir / "grad_norms.npz").is_file()), None)
 
@@ -303,10 +332,12 @@ def fig1_models(s: Suite) -> list[tuple[str, str, int]]:
     return []
 
 
-GRAD_LINES = (("ce_shared", "C0", "-", "supervised, shared units"),
-              ("ce_private", "C1", "-", "supervised, private units"),
-              ("aux_shared", "C2", "--", "auxiliary, shared units"),
-              ("aux_private", "C3", "--", "auxiliary, private units"))
+GRAD_LINES = (
+    ("ce_shared", "C0", "-", "supervised, shared units"),
+    ("ce_private", "C1", "-", "supervised, private units"),
+    ("aux_shared", "C2", "--", "auxiliary, shared units"),
+    ("aux_private", "C3", "--", "auxiliary, private units"),
+)
 KIND_TITLE = {"gru": "(a) GRU", "full": "(b) full share (RNN-AE)", "ps": "(c) private/shared"}
 
 
@@ -327,8 +358,10 @@ def fig1_gradient_norms(s: Suite) -> Figure:
             if np.isfinite(y).any():
                 ax.plot(np.arange(1, y.shape[0] + 1), y, style, color=color, lw=0.7, label=label)
         ax.set_yscale("log")
-        ax.set_title(f"{KIND_TITLE[kind]}\n{exp}, seed {seed}, {int(z['shared_units'])}/{int(z['hidden'])} shared",
-                     fontsize=8)
+        ax.set_title(
+            f"{KIND_TITLE[kind]}\n{exp}, seed {seed}, {int(z['shared_units'])}/{int(z['hidden'])} shared",
+            fontsize=8,
+        )
         ax.set_xlabel("time step t")
     axes[0].set_ylabel("mean ||dL/dh_t|| over test sequences")
     axes[-1].legend(fontsize=7)
@@ -337,9 +370,11 @@ def fig1_gradient_norms(s: Suite) -> Figure:
 
 def figure_builders(s: Suite) -> list[tuple[str, Callable[[], Figure]]]:
     """(stem, builder) of every figure, in a fixed order (builders run under STYLE)."""
-    out = [("fig1_gradient_norms", lambda: fig1_gradient_norms(s)),
-           ("fig2_shared_proportion", lambda: fig2_shared_proportion(s)),
-           ("fig3_hidden_states", lambda: fig3_hidden_states(s))]
+    out = [
+        ("fig1_gradient_norms", lambda: fig1_gradient_norms(s)),
+        ("fig2_shared_proportion", lambda: fig2_shared_proportion(s)),
+        ("fig3_hidden_states", lambda: fig3_hidden_states(s)),
+    ]
     for exp in s.experiments:
         out.append((f"curves_{exp}", lambda exp=exp: curves(s, exp)))
     return out

@@ -56,7 +56,7 @@ def integer(n: float | None) -> str:
 
 
 def mean_std(s: Summary, digits: int = 2) -> str:
-    """"98.52 ± 0.11"; a single seed shows its value alone; no runs show the dash."""
+    """ "98.52 ± 0.11"; a single seed shows its value alone; no runs show the dash."""
     if s.n == 0:
         return DASH
     if s.n == 1:
@@ -69,7 +69,7 @@ CLIPPED_MARK = "‡"  # an interval cut to its metric's range (stats.bounded)
 
 
 def ci(s: Summary, digits: int = 2) -> str:
-    """"[96.57, 100.00]‡": the interval, then a mark for each reason it is uninformative."""
+    """ "[96.57, 100.00]‡": the interval, then a mark for each reason it is uninformative."""
     if s.n < 2:
         return DASH
     marks = (WIDE_MARK if s.wide else "") + (CLIPPED_MARK if s.clipped else "")
@@ -94,11 +94,32 @@ def csv_cell(x: object) -> str:
     return str(x)
 
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-        "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-        "—": "---", "–": "--", "±": r"$\pm$", "−": "$-$", "Δ": r"$\Delta$", "×": r"$\times$",
-        "≥": r"$\geq$", "≤": r"$\leq$", ">=": r"$\geq$", "<=": r"$\leq$", ">": "$>$", "<": "$<$",
-        "|": r"$|$", "`": ""}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "—": "---",
+    "–": "--",
+    "±": r"$\pm$",
+    "−": "$-$",
+    "Δ": r"$\Delta$",
+    "×": r"$\times$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    ">=": r"$\geq$",
+    "<=": r"$\leq$",
+    ">": "$>$",
+    "<": "$<$",
+    "|": r"$|$",
+    "`": "",
+}
 _TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))  # ">=" before ">"
 
 

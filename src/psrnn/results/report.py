@@ -16,13 +16,31 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from psrnn import config as C
+from psrnn.results import FIGURE_TITLES as TITLES
 from psrnn.results import fmt
 from psrnn.results.collect import Run, Suite, manifest_stats
-from psrnn.results import FIGURE_TITLES as TITLES
-from psrnn.results.stats import (MISSING, PP, WIDE_PP, Summary, bounded, difference_verdict, paired,
-                                 t_quantile, verdict)
-from psrnn.results.tables import (DATASET_LABEL, MODEL_LABEL, accuracy, best_experiment, loss, metric,
-                                  params, settings_diffs, table2_experiments)
+from psrnn.results.stats import (
+    MISSING,
+    PP,
+    WIDE_PP,
+    Summary,
+    bounded,
+    difference_verdict,
+    paired,
+    t_quantile,
+    verdict,
+)
+from psrnn.results.tables import (
+    DATASET_LABEL,
+    MODEL_LABEL,
+    accuracy,
+    best_experiment,
+    loss,
+    metric,
+    params,
+    settings_diffs,
+    table2_experiments,
+)
 
 PAPER_PATIENCE = 50
 PAPER_IMAGE_STEPS = {"mnist": 784, "fmnist": 784, "cifar10": 1024}
@@ -58,7 +76,8 @@ def provenance(s: Suite) -> list[str]:
         f"{r.metrics.get('device_name') or r.metrics.get('device') or 'unknown'}; "
         f"{r.metrics.get('platform') or 'unknown platform'}; torch {r.metrics.get('torch_version') or '?'}"
         + (f", CUDA {r.metrics['cuda_version']}" if r.metrics.get("cuda_version") else "")
-        for r in runs)
+        for r in runs
+    )
     final = hours([r.metrics for r in runs])
     search = hours(s.search)
     lines = [
@@ -84,13 +103,22 @@ def deviations(s: Suite) -> list[Deviation]:
     The reference file's notes that hold for every config are listed apart (`general_notes`)."""
     out = []
     if not s.paper_scale:
-        out.append(("scale", "full data and models", f"{fmt.SMALL_LABEL}: data, models and epoch "
-                    "budgets shrunk for a quick end-to-end run; its numbers say nothing about the "
-                    "paper's claims", "everything"))
+        out.append(
+            (
+                "scale",
+                "full data and models",
+                f"{fmt.SMALL_LABEL}: data, models and epoch "
+                "budgets shrunk for a quick end-to-end run; its numbers say nothing about the "
+                "paper's claims",
+                "everything",
+            )
+        )
     seeds = sorted(s.cfg["seeds"])
     if len(seeds) == 1:
-        ours = (f"1 (seed {seeds[0]}): every number is a single run, with no spread, no confidence "
-                "interval and no verdict")
+        ours = (
+            f"1 (seed {seeds[0]}): every number is a single run, with no spread, no confidence "
+            "interval and no verdict"
+        )
     else:
         ours = f"{len(seeds)} ({', '.join(map(str, seeds))}): mean, std and 95% t-interval over seeds"
     out.append(("seeds per experiment", "1 (single runs reported)", ours, "all experiments"))
@@ -129,8 +157,14 @@ def dataset_deviations(s: Suite) -> list[Deviation]:
         side = opts.get("downsample")
         if side and ds in PAPER_IMAGE_STEPS:
             steps = PAPER_IMAGE_STEPS[ds]
-            found.append(("image size", f"{math.isqrt(steps)}×{math.isqrt(steps)} ({steps:,} steps)",
-                          f"{side}×{side} ({side * side:,} steps)", ds))
+            found.append(
+                (
+                    "image size",
+                    f"{math.isqrt(steps)}×{math.isqrt(steps)} ({steps:,} steps)",
+                    f"{side}×{side} ({side * side:,} steps)",
+                    ds,
+                )
+            )
         for split in ("train", "valid", "test"):
             if opts.get(split):
                 found.append((f"{split} samples used", "whole split", f"the first {opts[split]:,}", ds))
@@ -146,7 +180,7 @@ def dataset_deviations(s: Suite) -> list[Deviation]:
 
 
 def _applies_to(s: Suite, exps: list[str]) -> str:
-    """"all experiments", "all except a, b" when that is shorter, else the list (config order)."""
+    """ "all experiments", "all except a, b" when that is shorter, else the list (config order)."""
     rest = [e for e in s.experiments if e not in exps]
     if not rest:
         return "all experiments"
@@ -165,11 +199,17 @@ def setting_deviations(s: Suite) -> list[Deviation]:
         if st.get("optimizer", "sgdr") != "sgdr":
             found.append(("optimizer", "SGDR", st["optimizer"], exp))
         if st.get("init", "torch") != "torch":  # the paper does not say; results/recipe/ measures why
-            found.append(("main GRU initialisation", "not given",
-                          f"{st['init']}: orthogonal recurrent weights"
-                          + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
-                          + "; SGDR from PyTorch's default stays at chance on real digits "
-                          "(results/recipe/recipe.md)", exp))
+            found.append(
+                (
+                    "main GRU initialisation",
+                    "not given",
+                    f"{st['init']}: orthogonal recurrent weights"
+                    + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
+                    + "; SGDR from PyTorch's default stays at chance on real digits "
+                    "(results/recipe/recipe.md)",
+                    exp,
+                )
+            )
         if int(st.get("patience", PAPER_PATIENCE)) != PAPER_PATIENCE:
             found.append(("early-stopping patience (epochs)", str(PAPER_PATIENCE), str(st["patience"]), exp))
         if aux and float(st.get("aux_weight", 1.0)) != 1.0:
@@ -177,8 +217,14 @@ def setting_deviations(s: Suite) -> list[Deviation]:
         if aux and st.get("sampling") == "uniform":
             found.append(("anchor positions", "one per region", "drawn uniformly over the sequence", exp))
         if aux and st.get("decoder_input") == "teacher":
-            found.append(("decoder input", "its own previous estimate (thesis)",
-                          "the true previous input (teacher forcing)", exp))
+            found.append(
+                (
+                    "decoder input",
+                    "its own previous estimate (thesis)",
+                    "the true previous input (teacher forcing)",
+                    exp,
+                )
+            )
         ref = s.ref_of(exp)
         diffs = settings_diffs(table2[ref], st) if ref in table2 else []
         if ref in fig_ref:
@@ -189,13 +235,24 @@ def setting_deviations(s: Suite) -> list[Deviation]:
             if caps != f["capture_epochs"]:
                 diffs.append(("pictures after epochs", str(f["capture_epochs"]), str(caps)))
         if diffs:
-            found.append((f"{ref} settings", ", ".join(f"{k} {p}" for k, p, _ in diffs),
-                          ", ".join(f"{k} {o}" for k, _, o in diffs), exp))
+            found.append(
+                (
+                    f"{ref} settings",
+                    ", ".join(f"{k} {p}" for k, p, _ in diffs),
+                    ", ".join(f"{k} {o}" for k, _, o in diffs),
+                    exp,
+                )
+            )
     budget = [r for r in all_runs(s) if r.metrics.get("stopped") == "max_epochs"]
     for r in budget:
-        found.append(("stopped by", f"early stopping (patience {PAPER_PATIENCE})",
-                      f"the epoch budget (max_epochs) in {len(budget)} of {len(all_runs(s))} "
-                      "finished runs", r.experiment))
+        found.append(
+            (
+                "stopped by",
+                f"early stopping (patience {PAPER_PATIENCE})",
+                f"the epoch budget (max_epochs) in {len(budget)} of {len(all_runs(s))} finished runs",
+                r.experiment,
+            )
+        )
     return [(*key, _applies_to(s, names)) for key, names in _grouped(found).items()]
 
 
@@ -219,30 +276,47 @@ def diverged_lines(s: Suite) -> list[str]:
         d = d if isinstance(d, dict) else {}  # a bare `true` still lists the run
         loss, first = d.get("train_loss"), d.get("first_loss")
         ratio = loss / first if not fmt.is_missing(loss) and not fmt.is_missing(first) and first else None
-        rows.append(f"| {r.experiment} | {r.seed} | {fmt.integer(d.get('epoch'))} | {fmt.sig(loss)} | "
-                    f"{fmt.sig(first)} | {fmt.sig(ratio)} |")
+        rows.append(
+            f"| {r.experiment} | {r.seed} | {fmt.integer(d.get('epoch'))} | {fmt.sig(loss)} | "
+            f"{fmt.sig(first)} | {fmt.sig(ratio)} |"
+        )
     if not rows:
         return []
-    return ["", "## Diverged runs", "",
-            "Training loss exploded (metrics.json `diverged`); these runs still count in the means below.",
-            "", "| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
-            "|---|---:|---:|---:|---:|---:|", *rows]
+    return [
+        "",
+        "## Diverged runs",
+        "",
+        "Training loss exploded (metrics.json `diverged`); these runs still count in the means below.",
+        "",
+        "| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 # --- one line per paper number --------------------------------------------------------------
 
 
-def number_row(what: str, paper: float | None, ours: Summary, paper_scale: bool, digits: int,
-               paper_digits: int) -> str:
+def number_row(
+    what: str, paper: float | None, ours: Summary, paper_scale: bool, digits: int, paper_digits: int
+) -> str:
     diff = ours.mean - paper if paper is not None and ours.n else math.nan
-    cells = [what, fmt.num(paper, paper_digits),
-             fmt.mean_std(ours, digits), fmt.ci(ours, digits), str(ours.n), fmt.signed(diff, digits),
-             verdict(paper, ours, paper_scale)]
+    cells = [
+        what,
+        fmt.num(paper, paper_digits),
+        fmt.mean_std(ours, digits),
+        fmt.ci(ours, digits),
+        str(ours.n),
+        fmt.signed(diff, digits),
+        verdict(paper, ours, paper_scale),
+    ]
     return "| " + " | ".join(fmt.md(c) for c in cells) + " |"
 
 
-NUMBER_HEADER = ["| Paper number | Paper | Ours (mean ± std) | 95% CI | n | Δ | Verdict |",
-                 "|---|---:|---:|---:|---:|---:|---|"]
+NUMBER_HEADER = [
+    "| Paper number | Paper | Ours (mean ± std) | 95% CI | n | Δ | Verdict |",
+    "|---|---:|---:|---:|---:|---:|---|",
+]
 
 
 def ci_notes(shown: list[Summary]) -> list[str]:
@@ -251,15 +325,19 @@ def ci_notes(shown: list[Summary]) -> list[str]:
     if not flagged:
         return []
     ts = ", ".join(f"{t_quantile(n):.2f} for n = {n}" for n in sorted({x.n for x in flagged}))
-    notes = [f"Uninformative intervals: with n seeds the 95% interval is mean ± t · std / √n, "
-             f"with t = {ts}: few seeds give wide intervals."]
+    notes = [
+        f"Uninformative intervals: with n seeds the 95% interval is mean ± t · std / √n, "
+        f"with t = {ts}: few seeds give wide intervals."
+    ]
     if any(x.wide for x in flagged):
         notes.append(f"{fmt.WIDE_MARK} wider than {WIDE_PP:g} pp, too wide to tell the paper's models apart.")
     if any(x.clipped for x in flagged):
-        notes.append(f"{fmt.CLIPPED_MARK} clipped: the interval ran past the range the number can take "
-                     "(0 to 100 % for an accuracy, −100 to 100 pp for a difference of two, at least 0 "
-                     "for a loss) and is shown cut to it; the uncut one is mean ± t · std / √n from "
-                     "the same row.")
+        notes.append(
+            f"{fmt.CLIPPED_MARK} clipped: the interval ran past the range the number can take "
+            "(0 to 100 % for an accuracy, −100 to 100 pp for a difference of two, at least 0 "
+            "for a loss) and is shown cut to it; the uncut one is mean ± t · std / √n from "
+            "the same row."
+        )
     return ["", *[f"- {n}" for n in notes]]
 
 
@@ -269,8 +347,11 @@ def table2_lines(s: Suite) -> list[str]:
         for exp in s.experiments_for(ref["id"]) or [None]:
             acc = accuracy(s, exp) if exp else MISSING
             shown.append(acc)
-            lines.append(number_row(f"{ref['id']} accuracy % ({exp or 'no experiment'})", ref["acc"],
-                                    acc, s.paper_scale, 2, 1))
+            lines.append(
+                number_row(
+                    f"{ref['id']} accuracy % ({exp or 'no experiment'})", ref["acc"], acc, s.paper_scale, 2, 1
+                )
+            )
     return lines + ci_notes(shown)
 
 
@@ -278,8 +359,11 @@ def table4_lines(s: Suite) -> list[str]:
     lines, shown = list(NUMBER_HEADER), []
     for ref in s.reference["table4"]:
         for exp in s.experiments_for(ref["id"]) or [None]:
-            for key, label, digits, pd in (("acc", "accuracy %", 2, 1), ("main_loss", "main loss", 3, 3),
-                                           ("aux_loss", "aux loss", 3, 3)):
+            for key, label, digits, pd in (
+                ("acc", "accuracy %", 2, 1),
+                ("main_loss", "main loss", 3, 3),
+                ("aux_loss", "aux loss", 3, 3),
+            ):
                 if ref[key] is None:
                     continue  # the paper prints "-" (no auxiliary task at 0% shared)
                 if not exp:
@@ -289,21 +373,32 @@ def table4_lines(s: Suite) -> list[str]:
                 else:
                     ours = loss(s, exp, {"main_loss": "test_main_loss", "aux_loss": "test_aux_loss"}[key])
                 shown.append(ours)
-                lines.append(number_row(f"{ref['id']} {label} ({exp or 'no experiment'})", ref[key],
-                                        ours, s.paper_scale, digits, pd))
+                lines.append(
+                    number_row(
+                        f"{ref['id']} {label} ({exp or 'no experiment'})",
+                        ref[key],
+                        ours,
+                        s.paper_scale,
+                        digits,
+                        pd,
+                    )
+                )
     return lines + ci_notes(shown)
 
 
 def params_lines(s: Suite) -> list[str]:
     lines = ["| Paper number | Paper | Ours | Ours / paper |", "|---|---:|---:|---:|"]
-    rows = [(r["id"], r["params"]) for r in s.reference["table2"]] + \
-           [(r["id"], r["params"]) for r in s.reference["table4"]]
+    rows = [(r["id"], r["params"]) for r in s.reference["table2"]] + [
+        (r["id"], r["params"]) for r in s.reference["table4"]
+    ]
     for ref_id, paper in rows:
         for exp in s.experiments_for(ref_id) or [None]:
             p = params(s, exp) if exp else math.nan
             ratio = fmt.num(p / paper, 2) if not math.isnan(p) else fmt.DASH
-            lines.append(f"| {ref_id} #params ({exp or 'no experiment'}) | {fmt.count(paper)} | "
-                         f"{fmt.count(p)} | {ratio} |")
+            lines.append(
+                f"| {ref_id} #params ({exp or 'no experiment'}) | {fmt.count(paper)} | "
+                f"{fmt.count(p)} | {ratio} |"
+            )
     return lines
 
 
@@ -313,8 +408,12 @@ def table1_lines(s: Suite) -> list[str]:
     for ref in s.reference["table1"]:
         m = s.manifests.get(ref["dataset"])
         ours = manifest_stats(m) if m else {}
-        for key, label in (("mean_length", "mean length"), ("classes", "classes"), ("train", "train size"),
-                           ("valid", "valid size")):
+        for key, label in (
+            ("mean_length", "mean length"),
+            ("classes", "classes"),
+            ("train", "train size"),
+            ("valid", "valid size"),
+        ):
             o = ours.get(key)
             if o is None:
                 v = "missing"
@@ -337,8 +436,10 @@ def by_seed(s: Suite, exp: str) -> dict[int, float]:
 def paired_lines(s: Suite) -> list[str]:
     """Best private/shared experiment vs best full share and best GRU, same seeds, per dataset
     ("best" = highest mean validation accuracy among the dataset's table2 experiments)."""
-    lines = ["| Dataset | Comparison | Experiments | Seeds | Mean difference (pp) | 95% CI | Reading |",
-             "|---|---|---|---|---:|---:|---|"]
+    lines = [
+        "| Dataset | Comparison | Experiments | Seeds | Mean difference (pp) | 95% CI | Reading |",
+        "|---|---|---|---|---:|---:|---|",
+    ]
     shown = []
     for ds in C.enabled_datasets(s.cfg):
         ps = best_experiment(s, table2_experiments(s, ds, "ps"))
@@ -347,14 +448,18 @@ def paired_lines(s: Suite) -> list[str]:
             label = f"private/shared − {MODEL_LABEL[other_kind]}"
             if ps is None or other is None:
                 missing = "private/shared" if ps is None else MODEL_LABEL[other_kind]
-                lines.append(f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
-                             f"{fmt.DASH} | missing (no finished {missing} run) |")
+                lines.append(
+                    f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
+                    f"{fmt.DASH} | missing (no finished {missing} run) |"
+                )
                 continue
             diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
             diff = bounded(diff, *PP, wide=WIDE_PP)
             shown.append(diff)
-            lines.append(f"| {DATASET_LABEL[ds]} | {label} | {ps} vs {other} | {seeds or fmt.DASH} | "
-                         f"{fmt.signed(diff.mean)} | {fmt.ci(diff)} | private/shared {difference_verdict(diff)} |")
+            lines.append(
+                f"| {DATASET_LABEL[ds]} | {label} | {ps} vs {other} | {seeds or fmt.DASH} | "
+                f"{fmt.signed(diff.mean)} | {fmt.ci(diff)} | private/shared {difference_verdict(diff)} |"
+            )
     return lines + ci_notes(shown)
 
 
@@ -378,10 +483,15 @@ def missing_lines(s: Suite) -> list[str]:
 def figure_lines(outputs: list[str]) -> list[str]:
     """Markdown images of the compiled figures among `outputs` (their PNGs, by paths
     relative to REPORT.md): the paper's figures, then the training curves; [] for none."""
-    stems = [o.removeprefix("figures/").removesuffix(".png") for o in outputs
-             if o.startswith("figures/") and o.endswith(".png")]
+    stems = [
+        o.removeprefix("figures/").removesuffix(".png")
+        for o in outputs
+        if o.startswith("figures/") and o.endswith(".png")
+    ]
     paper = [(TITLES[st], st) for st in stems if st in TITLES]
-    runs = [(f"Training curves: {st.removeprefix('curves_')}", st) for st in stems if st.startswith("curves_")]
+    runs = [
+        (f"Training curves: {st.removeprefix('curves_')}", st) for st in stems if st.startswith("curves_")
+    ]
     if not paper and not runs:
         return []
 
@@ -390,8 +500,11 @@ def figure_lines(outputs: list[str]) -> list[str]:
 
     lines = ["", "## Figures", *images(paper)]
     if runs:
-        lines += ["", "### Training curves (validation accuracy and losses per epoch, seeds overlaid)",
-                  *images(runs)]
+        lines += [
+            "",
+            "### Training curves (validation accuracy and losses per epoch, seeds overlaid)",
+            *images(runs),
+        ]
     return lines
 
 
@@ -401,33 +514,71 @@ def group_outputs(paths: list[str]) -> list[str]:
     for p in paths:
         stem, _, ext = p.rpartition(".")
         groups.setdefault(stem, []).append(ext)
-    return [f"{stem}.{exts[0]}" if len(exts) == 1 else f"{stem}.{{{','.join(exts)}}}"
-            for stem, exts in groups.items()]
+    return [
+        f"{stem}.{exts[0]}" if len(exts) == 1 else f"{stem}.{{{','.join(exts)}}}"
+        for stem, exts in groups.items()
+    ]
 
 
 def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
-        head += [f"> **{fmt.SMALL_LABEL.capitalize()}.** Every number below comes from a shrunken "
-                 "setup (see Deviations); none of them is a reproduction of the paper's results, and "
-                 "no verdict is given.", ""]
-    parts = head + provenance(s) + diverged_lines(s) + [
-        "", "## Deviations from the paper's protocol", "", *deviation_lines(s),
-        "", "## Paper numbers, one per line", "",
-        f"Ours = mean ± sample std over seeds; 95% CI from Student's t, cut to the range the number "
-        f"can take; {fmt.WIDE_MARK} and {fmt.CLIPPED_MARK} mark an uninformative one (notes under each "
-        "table); Δ = ours − paper. Verdict: reproduced when the paper's value lies inside our CI.", "",
-        "### Table 2: test accuracy", "", *table2_lines(s),
-        "", "### Table 4: CIFAR-10 shared-proportion sweep", "", *table4_lines(s),
-        "", "### Parameter counts (Tables 2 and 4)", "", *params_lines(s),
-        "", "### Table 1: dataset statistics (from the prepared data)", "", *table1_lines(s),
-        "", "Table 3 repeats published numbers of other papers (and the paper's best Table 2 rows); "
-        "our rows are in `tables/table3.md`.",
-        "", "## Paired comparisons (same seeds, test accuracy)", "", *paired_lines(s),
-        *figure_lines(outputs),
-        "", "## Missing", "", *missing_lines(s),
-        "", "## Outputs", "", *[f"- `{o}`" for o in group_outputs(outputs)], "",
-    ]
+        head += [
+            f"> **{fmt.SMALL_LABEL.capitalize()}.** Every number below comes from a shrunken "
+            "setup (see Deviations); none of them is a reproduction of the paper's results, and "
+            "no verdict is given.",
+            "",
+        ]
+    parts = (
+        head
+        + provenance(s)
+        + diverged_lines(s)
+        + [
+            "",
+            "## Deviations from the paper's protocol",
+            "",
+            *deviation_lines(s),
+            "",
+            "## Paper numbers, one per line",
+            "",
+            f"Ours = mean ± sample std over seeds; 95% CI from Student's t, cut to the range the number "
+            f"can take; {fmt.WIDE_MARK} and {fmt.CLIPPED_MARK} mark an uninformative one (notes under each "
+            "table); Δ = ours − paper. Verdict: reproduced when the paper's value lies inside our CI.",
+            "",
+            "### Table 2: test accuracy",
+            "",
+            *table2_lines(s),
+            "",
+            "### Table 4: CIFAR-10 shared-proportion sweep",
+            "",
+            *table4_lines(s),
+            "",
+            "### Parameter counts (Tables 2 and 4)",
+            "",
+            *params_lines(s),
+            "",
+            "### Table 1: dataset statistics (from the prepared data)",
+            "",
+            *table1_lines(s),
+            "",
+            "Table 3 repeats published numbers of other papers (and the paper's best Table 2 rows); "
+            "our rows are in `tables/table3.md`.",
+            "",
+            "## Paired comparisons (same seeds, test accuracy)",
+            "",
+            *paired_lines(s),
+            *figure_lines(outputs),
+            "",
+            "## Missing",
+            "",
+            *missing_lines(s),
+            "",
+            "## Outputs",
+            "",
+            *[f"- `{o}`" for o in group_outputs(outputs)],
+            "",
+        ]
+    )
     return "\n".join(parts)
 
 
@@ -440,14 +591,20 @@ def summary_metrics(s: Suite) -> dict[str, Any]:
     exps = {}
     for exp in s.experiments:
         acc = metric(s, exp, "test_acc")
-        exps[exp] = {"ref": s.ref_of(exp), "n": acc.n, "test_acc_mean": _clean(acc.mean),
-                     "test_acc_std": _clean(acc.std),
-                     "best_valid_acc_mean": _clean(metric(s, exp, "best_valid_acc").mean)}
+        exps[exp] = {
+            "ref": s.ref_of(exp),
+            "n": acc.n,
+            "test_acc_mean": _clean(acc.mean),
+            "test_acc_std": _clean(acc.std),
+            "best_valid_acc_mean": _clean(metric(s, exp, "best_valid_acc").mean),
+        }
     runs = all_runs(s)
     return {
-        "config": s.name, "paper_scale": s.paper_scale,
+        "config": s.name,
+        "paper_scale": s.paper_scale,
         "status": "paper-scale" if s.paper_scale else fmt.SMALL_LABEL,
-        "runs_finished": len(runs), "runs_expected": len(s.experiments) * len(s.cfg["seeds"]),
+        "runs_finished": len(runs),
+        "runs_expected": len(s.experiments) * len(s.cfg["seeds"]),
         "compute_hours": {k: round(v, 4) for k, v in hours([r.metrics for r in runs]).items()},
         "experiments": exps,
     }

@@ -82,8 +82,9 @@ def bounded(s: Summary, low: float, high: float, wide: float = math.inf) -> Summ
     if s.n < 2:
         return s
     lo, hi = max(s.ci_low, low), min(s.ci_high, high)
-    return replace(s, ci_low=lo, ci_high=hi, clipped=(lo, hi) != (s.ci_low, s.ci_high),
-                   wide=s.ci_high - s.ci_low > wide)
+    return replace(
+        s, ci_low=lo, ci_high=hi, clipped=(lo, hi) != (s.ci_low, s.ci_high), wide=s.ci_high - s.ci_low > wide
+    )
 
 
 def paired(a: dict[int, float], b: dict[int, float], scale: float = 1.0) -> tuple[Summary, list[int]]:

@@ -22,8 +22,13 @@ from psrnn.results.collect import Suite, manifest_stats, model_kind, shared_perc
 from psrnn.results.stats import LOSS, MISSING, PERCENT, WIDE_PP, Summary, bounded, summarize
 
 MODEL_LABEL = {"gru": "GRU", "full": "full share", "ps": "private/shared"}
-DATASET_LABEL = {"mnist": "MNIST", "fmnist": "F-MNIST", "cifar10": "CIFAR-10", "imdb": "IMDB",
-                 "dbpedia": "DBpedia"}
+DATASET_LABEL = {
+    "mnist": "MNIST",
+    "fmnist": "F-MNIST",
+    "cifar10": "CIFAR-10",
+    "imdb": "IMDB",
+    "dbpedia": "DBpedia",
+}
 
 
 @dataclass
@@ -76,8 +81,9 @@ def best_experiment(s: Suite, exps: list[str]) -> str | None:
 
 
 def table2_experiments(s: Suite, dataset: str, kind: str) -> list[str]:
-    return [e for e in s.experiments
-            if (s.ref_of(e) or "").startswith(f"table2/{dataset}/") and s.kind(e) == kind]
+    return [
+        e for e in s.experiments if (s.ref_of(e) or "").startswith(f"table2/{dataset}/") and s.kind(e) == kind
+    ]
 
 
 def settings_diffs(paper: dict, st: dict) -> list[tuple[str, str, str]]:
@@ -119,27 +125,45 @@ def table1(s: Suite) -> Table:
         m = s.manifests.get(ds)
         ours = manifest_stats(m) if m else dict.fromkeys(("mean_length", "classes", "train", "valid", "test"))
         status = "prepared" if m else ("not prepared" if ds in enabled else "not in this config")
-        rows.append({
-            "dataset": ds, "status": status,
-            "paper_mean_length": ref["mean_length"], "mean_length": ours["mean_length"],
-            "paper_classes": ref["classes"], "classes": ours["classes"],
-            "paper_train": ref["train"], "train": ours["train"],
-            "paper_valid": ref["valid"], "valid": ours["valid"], "test": ours["test"],
-        })
-        disp.append({
-            "Dataset": ref["name"],
-            "Mean length (paper / ours)": f"{fmt.integer(ref['mean_length'])} / {fmt.num(ours['mean_length'], 1)}",
-            "Classes (paper / ours)": f"{ref['classes']} / {fmt.integer(ours['classes'])}",
-            "Train (paper / ours)": f"{fmt.integer(ref['train'])} / {fmt.integer(ours['train'])}",
-            "Valid (paper / ours)": f"{fmt.integer(ref['valid'])} / {fmt.integer(ours['valid'])}",
-            "Test (ours)": fmt.integer(ours["test"]),
-            "Data": status,
-        })
-    return Table("table1", "Dataset statistics: the paper's Table 1 beside ours, measured from the "
-                 "prepared data (mean length of the training split).",
-                 pd.DataFrame(rows), pd.DataFrame(disp), "lrrrrrl",
-                 ["Paper columns as printed (DBpedia from the thesis); CIFAR-10's 15K is the "
-                  "paper's, see the deviations in REPORT.md."])
+        rows.append(
+            {
+                "dataset": ds,
+                "status": status,
+                "paper_mean_length": ref["mean_length"],
+                "mean_length": ours["mean_length"],
+                "paper_classes": ref["classes"],
+                "classes": ours["classes"],
+                "paper_train": ref["train"],
+                "train": ours["train"],
+                "paper_valid": ref["valid"],
+                "valid": ours["valid"],
+                "test": ours["test"],
+            }
+        )
+        disp.append(
+            {
+                "Dataset": ref["name"],
+                "Mean length (paper / ours)": f"{fmt.integer(ref['mean_length'])} / "
+                f"{fmt.num(ours['mean_length'], 1)}",
+                "Classes (paper / ours)": f"{ref['classes']} / {fmt.integer(ours['classes'])}",
+                "Train (paper / ours)": f"{fmt.integer(ref['train'])} / {fmt.integer(ours['train'])}",
+                "Valid (paper / ours)": f"{fmt.integer(ref['valid'])} / {fmt.integer(ours['valid'])}",
+                "Test (ours)": fmt.integer(ours["test"]),
+                "Data": status,
+            }
+        )
+    return Table(
+        "table1",
+        "Dataset statistics: the paper's Table 1 beside ours, measured from the "
+        "prepared data (mean length of the training split).",
+        pd.DataFrame(rows),
+        pd.DataFrame(disp),
+        "lrrrrrl",
+        [
+            "Paper columns as printed (DBpedia from the thesis); CIFAR-10's 15K is the "
+            "paper's, see the deviations in REPORT.md."
+        ],
+    )
 
 
 # --- Table 2 ------------------------------------------------------------------------------
@@ -155,43 +179,77 @@ def table2(s: Suite) -> Table:
             p = params(s, exp) if exp else math.nan
             note = settings_note(ref, s.settings[exp]) if exp else ""
             shared = "" if ref["shared"] is None else f"{ref['shared']} / {ref['private']}"
-            rows.append({
-                "ref": ref["id"], "dataset": ref["dataset"], "model": ref["model"],
-                "tasks": "+".join(sorted(ref["tasks"])), "shared_pct": ref["shared"],
-                "private_pct": ref["private"], "anchors": ref["anchors"], "window": ref["window"],
-                "reading": ref["reading"], "paper_acc": ref["acc"], "experiment": exp or "",
-                "n": acc.n, "acc_mean": acc.mean, "acc_std": acc.std, "acc_ci_low": acc.ci_low,
-                "acc_ci_high": acc.ci_high, "acc_ci_clipped": acc.clipped,
-                "acc_ci_uninformative": acc.uninformative, "diff": acc.mean - ref["acc"],
-                "paper_params": ref["params"],
-                "params": p, "settings": note,
-            })
-            disp.append({
-                "Dataset": DATASET_LABEL[ref["dataset"]], "Model": MODEL_LABEL[ref["model"]],
-                "Tasks": fmt.tasks(ref["tasks"]), "Shared / private %": shared or fmt.DASH,
-                "Anchors": fmt.integer(ref["anchors"]), "Window": fmt.integer(ref["window"]),
-                "Paper acc %": fmt.num(ref["acc"], 1), "Ours acc %": fmt.mean_std(acc),
-                "n": str(acc.n), "Δ": fmt.signed(acc.mean - ref["acc"]),
-                "Paper params": fmt.count(ref["params"]), "Our params": fmt.count(p),
-                "Experiment": exp or fmt.DASH, "Our settings": note or fmt.DASH,
-            })
-    return Table("table2", "Main results: test accuracy (%) of every row of the paper's Table 2 "
-                 "(DBpedia from the thesis), ours as mean ± std over seeds (n seeds), "
-                 "Δ = ours − paper. Tasks, shares, anchors and window are the paper's; "
-                 "'Our settings' lists our hidden size d and where we differ.",
-                 pd.DataFrame(rows), pd.DataFrame(disp), "llllrrrrrrrrlp",
-                 ["Tasks read from garbled tick marks; see `reading` in config/reference.yaml.",
-                  "— = no experiment in this config or no finished run (never a zero).",
-                  f"CSV acc_ci_low / acc_ci_high: the 95% t-interval over seeds, cut to [0, 100] "
-                  f"(acc_ci_clipped); acc_ci_uninformative when cut or wider than {WIDE_PP:g} pp."])
+            rows.append(
+                {
+                    "ref": ref["id"],
+                    "dataset": ref["dataset"],
+                    "model": ref["model"],
+                    "tasks": "+".join(sorted(ref["tasks"])),
+                    "shared_pct": ref["shared"],
+                    "private_pct": ref["private"],
+                    "anchors": ref["anchors"],
+                    "window": ref["window"],
+                    "reading": ref["reading"],
+                    "paper_acc": ref["acc"],
+                    "experiment": exp or "",
+                    "n": acc.n,
+                    "acc_mean": acc.mean,
+                    "acc_std": acc.std,
+                    "acc_ci_low": acc.ci_low,
+                    "acc_ci_high": acc.ci_high,
+                    "acc_ci_clipped": acc.clipped,
+                    "acc_ci_uninformative": acc.uninformative,
+                    "diff": acc.mean - ref["acc"],
+                    "paper_params": ref["params"],
+                    "params": p,
+                    "settings": note,
+                }
+            )
+            disp.append(
+                {
+                    "Dataset": DATASET_LABEL[ref["dataset"]],
+                    "Model": MODEL_LABEL[ref["model"]],
+                    "Tasks": fmt.tasks(ref["tasks"]),
+                    "Shared / private %": shared or fmt.DASH,
+                    "Anchors": fmt.integer(ref["anchors"]),
+                    "Window": fmt.integer(ref["window"]),
+                    "Paper acc %": fmt.num(ref["acc"], 1),
+                    "Ours acc %": fmt.mean_std(acc),
+                    "n": str(acc.n),
+                    "Δ": fmt.signed(acc.mean - ref["acc"]),
+                    "Paper params": fmt.count(ref["params"]),
+                    "Our params": fmt.count(p),
+                    "Experiment": exp or fmt.DASH,
+                    "Our settings": note or fmt.DASH,
+                }
+            )
+    return Table(
+        "table2",
+        "Main results: test accuracy (%) of every row of the paper's Table 2 "
+        "(DBpedia from the thesis), ours as mean ± std over seeds (n seeds), "
+        "Δ = ours − paper. Tasks, shares, anchors and window are the paper's; "
+        "'Our settings' lists our hidden size d and where we differ.",
+        pd.DataFrame(rows),
+        pd.DataFrame(disp),
+        "llllrrrrrrrrlp",
+        [
+            "Tasks read from garbled tick marks; see `reading` in config/reference.yaml.",
+            "— = no experiment in this config or no finished run (never a zero).",
+            f"CSV acc_ci_low / acc_ci_high: the 95% t-interval over seeds, cut to [0, 100] "
+            f"(acc_ci_clipped); acc_ci_uninformative when cut or wider than {WIDE_PP:g} pp.",
+        ],
+    )
 
 
 # --- Table 3 ------------------------------------------------------------------------------
 
 
 TABLE3_DATASETS = ("mnist", "cifar10")
-OURS_ROWS = (("gru", "GRU (ours)"), ("full", "full share, RNN-AE re-implementation (ours)"),
-             ("ps", "private/shared (ours)"))
+OURS_ROWS = (
+    ("gru", "GRU (ours)"),
+    ("full", "full share, RNN-AE re-implementation (ours)"),
+    ("ps", "private/shared (ours)"),
+)
 
 
 def table3(s: Suite) -> Table:
@@ -220,11 +278,16 @@ def table3(s: Suite) -> Table:
         d["Experiments"] = " / ".join(names)
         rows.append(row)
         disp.append(d)
-    return Table("table3", "Test accuracy (%) on sequential MNIST and CIFAR-10: published results "
-                 "and ours (for each model kind, the table2 experiment with the best mean "
-                 "validation accuracy; mean ± std over seeds).",
-                 pd.DataFrame(rows), pd.DataFrame(disp), "llrrl",
-                 ["Trinh et al.'s numbers use LSTMs, one 600-step window and truncated BPTT."])
+    return Table(
+        "table3",
+        "Test accuracy (%) on sequential MNIST and CIFAR-10: published results "
+        "and ours (for each model kind, the table2 experiment with the best mean "
+        "validation accuracy; mean ± std over seeds).",
+        pd.DataFrame(rows),
+        pd.DataFrame(disp),
+        "llrrl",
+        ["Trinh et al.'s numbers use LSTMs, one 600-step window and truncated BPTT."],
+    )
 
 
 # --- Table 4 ------------------------------------------------------------------------------
@@ -242,26 +305,51 @@ def table4(s: Suite) -> Table:
                 aux = MISSING  # no auxiliary task: the paper's "-", not a measured 0
             sp = shared_percent(s.settings[exp]) if exp else math.nan
             p = params(s, exp) if exp else math.nan
-            rows.append({
-                "ref": ref["id"], "paper_shared_pct": ref["shared"], "shared_pct": sp,
-                "experiment": exp or "", "n": acc.n,
-                "paper_acc": ref["acc"], "acc_mean": acc.mean, "acc_std": acc.std,
-                "paper_main_loss": ref["main_loss"], "main_loss_mean": main.mean, "main_loss_std": main.std,
-                "paper_aux_loss": ref["aux_loss"], "aux_loss_mean": aux.mean, "aux_loss_std": aux.std,
-                "paper_params": ref["params"], "params": p,
-            })
-            disp.append({
-                "Shared % (paper / ours)": f"{ref['shared']} / {f'{sp:.4g}' if exp else fmt.DASH}",
-                "Paper acc %": fmt.num(ref["acc"], 1), "Ours acc %": fmt.mean_std(acc), "n": str(acc.n),
-                "Paper L main": fmt.num(ref["main_loss"], 3), "Ours L main": fmt.mean_std(main, 3),
-                "Paper L aux": fmt.num(ref["aux_loss"], 3), "Ours L aux": fmt.mean_std(aux, 3),
-                "Paper params": fmt.count(ref["params"]), "Our params": fmt.count(p),
-                "Experiment": exp or fmt.DASH,
-            })
-    return Table("table4", "Shared-proportion sweep on CIFAR-10 (paper Table 4): test accuracy (%), "
-                 "test main (cross-entropy) and auxiliary loss, parameters; ours as mean ± std "
-                 "over seeds.", pd.DataFrame(rows), pd.DataFrame(disp), "lrrrrrrrrrl",
-                 ["Hidden size fixed across the sweep; only the shared proportion changes."])
+            rows.append(
+                {
+                    "ref": ref["id"],
+                    "paper_shared_pct": ref["shared"],
+                    "shared_pct": sp,
+                    "experiment": exp or "",
+                    "n": acc.n,
+                    "paper_acc": ref["acc"],
+                    "acc_mean": acc.mean,
+                    "acc_std": acc.std,
+                    "paper_main_loss": ref["main_loss"],
+                    "main_loss_mean": main.mean,
+                    "main_loss_std": main.std,
+                    "paper_aux_loss": ref["aux_loss"],
+                    "aux_loss_mean": aux.mean,
+                    "aux_loss_std": aux.std,
+                    "paper_params": ref["params"],
+                    "params": p,
+                }
+            )
+            disp.append(
+                {
+                    "Shared % (paper / ours)": f"{ref['shared']} / {f'{sp:.4g}' if exp else fmt.DASH}",
+                    "Paper acc %": fmt.num(ref["acc"], 1),
+                    "Ours acc %": fmt.mean_std(acc),
+                    "n": str(acc.n),
+                    "Paper L main": fmt.num(ref["main_loss"], 3),
+                    "Ours L main": fmt.mean_std(main, 3),
+                    "Paper L aux": fmt.num(ref["aux_loss"], 3),
+                    "Ours L aux": fmt.mean_std(aux, 3),
+                    "Paper params": fmt.count(ref["params"]),
+                    "Our params": fmt.count(p),
+                    "Experiment": exp or fmt.DASH,
+                }
+            )
+    return Table(
+        "table4",
+        "Shared-proportion sweep on CIFAR-10 (paper Table 4): test accuracy (%), "
+        "test main (cross-entropy) and auxiliary loss, parameters; ours as mean ± std "
+        "over seeds.",
+        pd.DataFrame(rows),
+        pd.DataFrame(disp),
+        "lrrrrrrrrrl",
+        ["Hidden size fixed across the sweep; only the shared proportion changes."],
+    )
 
 
 def all_tables(s: Suite) -> list[Table]:
@@ -290,9 +378,12 @@ def to_csv(t: Table, s: Suite) -> str:
 def to_markdown(t: Table, s: Suite) -> str:
     cols = list(t.display.columns)
     label = "" if s.paper_scale else f"\n\n**{fmt.SMALL_LABEL}**"
-    lines = [f"**Table {t.name.removeprefix('table')}.** {caption(t, s)}{label}", "",
-             "| " + " | ".join(fmt.md(c) for c in cols) + " |",
-             "|" + "|".join("---:" if a == "r" else "---" for a in t.align) + "|"]
+    lines = [
+        f"**Table {t.name.removeprefix('table')}.** {caption(t, s)}{label}",
+        "",
+        "| " + " | ".join(fmt.md(c) for c in cols) + " |",
+        "|" + "|".join("---:" if a == "r" else "---" for a in t.align) + "|",
+    ]
     for row in t.display.itertuples(index=False):
         lines.append("| " + " | ".join(fmt.md(v) for v in row) + " |")
     lines += [""] + [f"- {n}" for n in t.notes]
@@ -305,12 +396,15 @@ def to_latex(t: Table, s: Suite) -> str:
     label = "" if s.paper_scale else r" \textbf{" + fmt.tex(fmt.SMALL_LABEL.capitalize()) + ".}"
     lines = [
         f"% {t.name}: generated by `python -m psrnn compile`; do not edit.",
-        r"\begin{table}[tbp]", r"\centering",
+        r"\begin{table}[tbp]",
+        r"\centering",
         r"\caption{" + fmt.tex(caption(t, s)) + label + "}",
         r"\label{tab:" + t.name + "}",
         r"\resizebox{\linewidth}{!}{%",
-        r"\begin{tabular}{" + t.align.replace("p", r"p{4.5cm}") + "}", r"\toprule",
-        " & ".join(fmt.tex(c) for c in cols) + r" \\", r"\midrule",
+        r"\begin{tabular}{" + t.align.replace("p", r"p{4.5cm}") + "}",
+        r"\toprule",
+        " & ".join(fmt.tex(c) for c in cols) + r" \\",
+        r"\midrule",
     ]
     for row in t.display.itertuples(index=False):
         lines.append(" & ".join(fmt.tex(v) for v in row) + r" \\")

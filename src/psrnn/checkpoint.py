@@ -1,0 +1,145 @@
+"""A run's resumable state: what ckpt_last.pt holds (model, optimizer, scheduler, every RNG,
+the run's progress) and when a checkpoint may be resumed (same settings, same prepared
+data; psrnn.training uses it after every epoch).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from psrnn import __version__
+from psrnn import config as C
+from psrnn.errors import UserError
+from psrnn.files import md5sum, torch_save
+
+if TYPE_CHECKING:
+    from psrnn.models import PSRNN
+
+RESUME_EXEMPT = ("progress", "device")
+
+
+class ConfigChanged(UserError):
+    """ckpt_last.pt was written with other run settings (or data) than the ones requested;
+    `differences` lists them, one 'key (checkpoint X, requested Y)' each."""
+
+    def __init__(self, path: Path, differences: list[str]):
+        self.path, self.differences = path, differences
+        super().__init__(
+            f"{path} was written with a different config: {'; '.join(differences)}; "
+            f"delete {path.parent} or pass --restart-on-change to start this run over"
+        )
+
+
+@dataclass
+class Generators:
+    """Seeded CPU generators the run owns (saved in ckpt_last.pt)."""
+
+    shuffle: torch.Generator
+    anchors: torch.Generator
+
+    @classmethod
+    def seeded(cls, seed: int) -> Generators:
+        return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1_000_003))
+
+
+@dataclass
+class RunState:
+    """What changes as a run goes; everything here is saved in ckpt_last.pt."""
+
+    epoch: int = 0  # completed training epochs
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_valid_acc: float = -1.0
+    best_epoch: int = 0
+    since_best: int = 0  # epochs without a new best validation accuracy
+    stopped: str | None = None  # "early_stopping" | "max_epochs" once training is over
+    best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
+    captures: dict[int, torch.Tensor] = field(default_factory=dict)  # epoch -> (S, T, d)
+    train_time_s: float = 0.0  # time in training passes (for samples_per_s)
+    wall_time_s: float = 0.0  # all sessions together
+
+
+def rng_state(gens: Generators) -> dict[str, Any]:
+    np_name, np_keys, np_pos, np_gauss, np_cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": (np_name, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_gauss, np_cached),
+        "python": random.getstate(),
+        "shuffle": gens.shuffle.get_state(),
+        "anchors": gens.anchors.get_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, gauss, cached))
+    random.setstate(state["python"])
+    gens.shuffle.set_state(state["shuffle"])
+    gens.anchors.set_state(state["anchors"])
+
+
+def data_identity(cfg: C.RunConfig) -> str:
+    """md5 of the prepared dataset's manifest.json: it records the sources' md5s, the
+    preparation options and the resulting counts and lengths, so re-prepared data with
+    other settings has another identity (a checkpoint is only resumed on the same data)."""
+    return md5sum(Path(cfg.data_dir) / "manifest.json")
+
+
+def save_last(
+    path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sched, gens: Generators, data: str
+) -> None:
+    torch_save(
+        path,
+        {
+            "config": cfg.to_dict(),
+            "data_manifest_md5": data,
+            "psrnn_version": __version__,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict() if sched is not None else None,
+            "rng": rng_state(gens),
+            "state": {**vars(st)},
+        },
+    )
+
+
+def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside).
+    A setting the checkpoint lacks (added to RunConfig later) counts as its default."""
+    saved = {**C.RunConfig().to_dict(), **saved}
+    keys = sorted((set(saved) | set(wanted)) - set(RESUME_EXEMPT))
+    return [
+        f"{k} (checkpoint {saved.get(k)!r}, requested {wanted.get(k)!r})"
+        for k in keys
+        if saved.get(k) != wanted.get(k)
+    ]
+
+
+def load_last(
+    path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators, data: str
+) -> RunState:
+    # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    diff = config_differences(ckpt["config"], cfg.to_dict())
+    saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
+    if saved_data is not None and saved_data != data:
+        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    if diff:
+        raise ConfigChanged(path, diff)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    if sched is not None:
+        sched.load_state_dict(ckpt["scheduler"])
+    set_rng_state(ckpt["rng"], gens)
+    st = RunState(**ckpt["state"])
+    st.captures = {int(k): v for k, v in st.captures.items()}
+    return st

@@ -1,0 +1,10 @@
+"""The errors a user causes, kept apart from the command line so that library modules
+(config, data, training, results) raise them without importing the CLI.
+
+`python -m psrnn` prints a UserError as one line, `psrnn <command>: error: <message>`,
+and exits with status 2 (psrnn.cli.main); anything else is a bug and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """An error caused by input (config, archive, path): printed as one line, exit 2."""

@@ -1,0 +1,78 @@
+"""Grid-point selection (psrnn.selection, `python -m psrnn select`): the best validation
+accuracy, ties broken by validation loss then grid order, never the test set."""
+
+import json
+
+import pytest
+from suites import write_tiny
+
+from psrnn import config as C
+from psrnn import selection
+from psrnn import workflow as W
+from psrnn.cli import UserError, main
+
+# --- select ----------------------------------------------------------------------------------
+
+
+POINTS = [("lr-0.1", {"lr": 0.1}), ("lr-0.01", {"lr": 0.01}), ("lr-0.03", {"lr": 0.03})]
+
+
+def metrics(acc, loss=1.0, aux=0.0):
+    return {"best_valid_acc": acc, "valid_main_loss": loss, "valid_aux_loss": aux, "test_acc": 0.0}
+
+
+def test_select_picks_the_best_validation_accuracy():
+    rec = selection.select(
+        "e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.75), "lr-0.03": metrics(0.7)}
+    )
+    assert rec == {
+        "experiment": "e",
+        "point": "lr-0.01",
+        "overrides": {"lr": 0.01},
+        "best_valid_acc": 0.75,
+        "candidates": [
+            {"point": "lr-0.1", "valid_acc": 0.5},
+            {"point": "lr-0.01", "valid_acc": 0.75},
+            {"point": "lr-0.03", "valid_acc": 0.7},
+        ],
+    }
+
+
+def test_select_breaks_ties_by_validation_loss_then_grid_order():
+    tie = {
+        "lr-0.1": metrics(0.8, 0.9, 0.2),
+        "lr-0.01": metrics(0.8, 0.9, 0.1),
+        "lr-0.03": metrics(0.8, 0.9, 0.1),
+    }
+    assert selection.select("e", POINTS, tie)["point"] == "lr-0.01"
+    same = {p: metrics(0.8) for p, _ in POINTS}
+    assert selection.select("e", POINTS, same)["point"] == "lr-0.1"
+
+
+def test_select_never_looks_at_the_test_set():
+    ms = {"lr-0.1": {**metrics(0.6), "test_acc": 0.99}, "lr-0.01": metrics(0.61), "lr-0.03": metrics(0.1)}
+    assert selection.select("e", POINTS, ms)["point"] == "lr-0.01"
+
+
+def test_select_names_missing_points():
+    with pytest.raises(UserError, match="lr-0.03"):
+        selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.5)})
+
+
+def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
+    suite = write_tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for pid, acc in (("lr-0.1", 0.4), ("lr-0.01", 0.6)):
+        path = tmp_path / "results" / "tiny" / "search" / "ps" / pid / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(metrics(acc)))
+    assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 0
+    rec = json.loads((tmp_path / "results/tiny/search/ps/selected.json").read_text())
+    assert rec["point"] == "lr-0.01" and rec["overrides"] == {"lr": 0.01}
+    selected = tmp_path / "results/tiny/search/ps/selected.json"
+    assert W.is_current(selected, W.train_input_stamps(C.load_suite(suite), "ps")["selected"])
+    # the final run's settings are the selected point's
+    run = C.resolve_run(C.load_suite(suite), "ps", 1, selected=rec["overrides"])
+    assert run.lr == 0.01 and run.seed == 1
+    assert main(["select", "--config", str(suite), "--experiment", "base"]) == 2
+    assert "no `grid:`" in capsys.readouterr().err
