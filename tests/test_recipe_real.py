@@ -49,21 +49,22 @@ def test_missing_digits_are_named(tmp_path):
 @needs_digits
 def test_paper_recipe_learns_real_digits_where_the_shipped_one_stays_at_chance(tmp_path):
     # The study's data (7,000 / 1,000 real digits at 14 x 14, 196 steps) and its first
-    # 5 epochs (SGDR's first cycle is 10 epochs, so these are the study's own epochs).
-    # Measured (results/recipe/recipe.md): paper 61.3 % at epoch 5, shipped 12.3 % at every epoch.
+    # 4 epochs (SGDR's first cycle is 10 epochs, so these are the study's own epochs).
+    # Measured (results/recipe/recipe.csv): paper 28.1 % at epoch 3, 45.2 % at epoch 4
+    # (61.3 % at 5), shipped 12.3 % at every epoch.
     study = R.load_study()
-    study["epochs"] = 5
+    study["epochs"] = 4
     configs, hist = R.run_study(
         study, DIGITS, tmp_path / "out", tmp_path / "data", only=["paper", "shipped"], jobs=2
     )
     paper = [r["valid_acc"] for r in hist["paper"]]
     shipped = [r["valid_acc"] for r in hist["shipped"]]
-    assert len(paper) == len(shipped) == 5
+    assert len(paper) == len(shipped) == 4
     assert max(shipped) < 0.15, shipped  # chance: the most frequent class is 12.3 %
-    assert paper[-1] >= 0.5, paper
+    assert paper[-1] >= 0.4, paper
     csv_text, md = R.render(study, configs, hist, "cmd")
     assert "| shipped | sgdr, lr 0.03, momentum 0.9, init torch, clip 1 |" in md
-    assert csv_text.count("\npaper,") == 5
+    assert csv_text.count("\npaper,") == 4
 
 
 def test_recipes_resolve_on_top_of_paper_yaml_and_unknown_ones_are_named(tmp_path):

@@ -179,7 +179,9 @@ def test_a_lost_split_tensor_is_prepared_again_before_training(workdir):
         res = snakemake(workdir, "-n", "--quiet", "rules")
         assert res.returncode == 0, res.stderr
         counts = job_counts(res.stdout)
-        assert counts.get("prepare") == 1 and counts.get("train") == 1, counts
+        # re-prepared data re-runs the dataset's search and training jobs too (Snakemake
+        # passes the re-run on), never the download
+        assert counts.get("prepare") == 1 and counts.get("train", 0) >= 1, counts
         assert "download" not in counts, counts
     finally:
         for f, (data, mtime) in zip(lost, kept):  # as they were, so nothing is newer
