@@ -451,3 +451,14 @@ def test_missing_extends_file_names_both_files(tmp_path):
     assert str(exc.value) == (
         f"{tmp_path / 'c.yaml'}: extends: nope.yaml: file not found ({tmp_path / 'nope.yaml'})"
     )
+
+
+def test_schema_run_properties_are_the_runconfig_fields():
+    """One source of truth: every RunConfig field has a schema entry and nothing else does,
+    besides the experiment's own keys (EXPERIMENT_META); the seed comes from `seeds:`."""
+    import dataclasses
+
+    schema = C.load_yaml(C.SCHEMA_PATH)
+    props = set(schema["$defs"]["run"]["properties"])
+    fields = {f.name for f in dataclasses.fields(C.RunConfig)}
+    assert props == (fields - {"seed"}) | set(C.EXPERIMENT_META)
