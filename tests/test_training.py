@@ -25,42 +25,9 @@ from psrnn import training
 from psrnn.cli import UserError, main
 from psrnn.config import RunConfig
 from psrnn.models import param_counts
+from psrnn.training import METRIC_KEYS
 
 TIMING_KEYS = ("wall_time_s", "samples_per_s")
-METRIC_KEYS = {
-    "experiment",
-    "config_name",
-    "seed",
-    "point",
-    "dataset",
-    "test_acc",
-    "best_valid_acc",
-    "best_epoch",
-    "epochs_run",
-    "stopped",
-    "test_main_loss",
-    "test_aux_loss",
-    "valid_main_loss",
-    "valid_aux_loss",
-    "train_main_loss",
-    "train_aux_loss",
-    "params",
-    "params_main",
-    "params_head",
-    "params_aux",
-    "shared_units",
-    "wall_time_s",
-    "samples_per_s",
-    "device",
-    "device_name",
-    "diverged",
-    "torch_version",
-    "cuda_version",
-    "platform",
-    "git_commit",
-    "psrnn_version",
-    "config",
-}
 
 
 # --- tiny prepared datasets --------------------------------------------------------------

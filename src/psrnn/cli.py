@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("psrnn.data.prepare", "turn downloaded archives into prepared sequence tensors"),
     "train": ("psrnn.training", "train one model (one experiment, one seed)"),
     "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
-    "compile": ("psrnn.results", "compile tables, figures and the report from finished runs"),
+    "compile": ("psrnn.results.compile", "compile tables, figures and the report from finished runs"),
     "paper": ("psrnn.results.paper", "build the paper PDF from the compiled tables and figures"),
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
     "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),

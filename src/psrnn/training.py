@@ -92,6 +92,44 @@ HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without th
 # above it (Adam at lr 1e6: ~1e7). The reference is ln C, not the first epoch's loss:
 # such runs explode within their first epoch and then stay there.
 DIVERGENCE_FACTOR = 10.0
+# metrics.json's keys: the contract its readers rely on (results, regression, the tests);
+# finish() writes exactly these.
+METRIC_KEYS = frozenset(
+    {
+        "experiment",
+        "config_name",
+        "seed",
+        "point",
+        "dataset",
+        "test_acc",
+        "best_valid_acc",
+        "best_epoch",
+        "epochs_run",
+        "stopped",
+        "test_main_loss",
+        "test_aux_loss",
+        "valid_main_loss",
+        "valid_aux_loss",
+        "train_main_loss",
+        "train_aux_loss",
+        "params",
+        "params_main",
+        "params_head",
+        "params_aux",
+        "shared_units",
+        "wall_time_s",
+        "samples_per_s",
+        "device",
+        "device_name",
+        "diverged",
+        "torch_version",
+        "cuda_version",
+        "platform",
+        "git_commit",
+        "psrnn_version",
+        "config",
+    }
+)
 
 StepHook = Callable[[int, int, PSRNN], None]  # (epoch, step, model), after each optimizer step
 
@@ -640,6 +678,8 @@ def finish(
         **environment(device),
         "config": cfg.to_dict(),
     }
+    if set(metrics) != METRIC_KEYS:  # a new or lost field must update the contract above
+        raise AssertionError(f"metrics.json keys differ from METRIC_KEYS: {set(metrics) ^ METRIC_KEYS}")
     write_json(out_dir / "metrics.json", metrics)
     note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
     log(
