@@ -45,13 +45,13 @@ def plan(cfg: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = C.load_suite(args.path)
-    if args.dvc_params:
+    if args.dvc_params:  # dvc_params loads and validates the config itself
         from psrnn.workflow import dvc_params
 
         write_text(args.dvc_params, dvc_params(args.path))
         print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
         return 0
+    cfg = C.load_suite(args.path)
     if args.params:
         print_params(cfg)
         return 0

@@ -90,11 +90,15 @@ def expected_md5(src: Source, opts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def local_bases(opts: dict[str, Any]) -> list[str]:
+    """The config's own places to look, in order: local_dir, then the mirrors."""
+    return ([opts["local_dir"]] if opts.get("local_dir") else []) + list(opts.get("mirrors") or [])
+
+
 def relative_note(opts: dict[str, Any]) -> str:
     """Where relative local_dir/mirrors paths were read from (the current directory, which
     under Snakemake is the checkout), for error messages; '' when there are none."""
-    bases = ([opts["local_dir"]] if opts.get("local_dir") else []) + list(opts.get("mirrors") or [])
-    relative = [b for b in bases if "://" not in b and not Path(b).expanduser().is_absolute()]
+    relative = [b for b in local_bases(opts) if "://" not in b and not Path(b).expanduser().is_absolute()]
     if not relative:
         return ""
     return f" (relative paths {', '.join(relative)} are read from the current directory {Path.cwd()})"
@@ -109,8 +113,7 @@ def as_base_url(place: str) -> str:
 
 def places(src: Source, name: str, opts: dict[str, Any], md5: str | None) -> list[Place]:
     """Where to look for one file, in order: local_dir, mirrors, then the official URLs."""
-    bases = ([opts["local_dir"]] if opts.get("local_dir") else []) + list(opts.get("mirrors") or [])
-    out = [Place(as_base_url(b) + name, md5) for b in bases]
+    out = [Place(as_base_url(b) + name, md5) for b in local_bases(opts)]
     if opts.get("official", True):
         # an official URL with its own checksum (a re-packed copy) keeps it unless the
         # user replaced the md5 of this file
