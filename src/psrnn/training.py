@@ -250,6 +250,9 @@ def seed_everything(seed: int, device: torch.device) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # warn_only: a kernel without a deterministic version warns instead of stopping the run
         torch.use_deterministic_algorithms(True, warn_only=True)
+        # ... but without its debugging aid of filling every new tensor with NaN: that costs
+        # a kernel per allocation (a third of a GPU step's kernels) and changes no result
+        torch.utils.deterministic.fill_uninitialized_memory = False
         torch.backends.cudnn.benchmark = False
 
 
@@ -295,13 +298,11 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     inf/nan only when a gradient itself is.
     """
     grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads])
-    )
+    # one foreach kernel per step on the GPU, not one norm and one multiply per parameter
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)))
     if max_norm > 0:
         scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)  # no sync: stays on the device
-        for g in grads:
-            g.mul_(scale.to(g.dtype))
+        torch._foreach_mul_(grads, scale.to(grads[0].dtype))
     return norm
 
 
@@ -351,10 +352,11 @@ def train_epoch(
 
         steps = tqdm(steps, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
     start = last_beat = time.monotonic()
+    pending = None  # the previous step's (step, loss, gradient norm), checked a step late
     for step in steps:
         x, lengths, y = split.batch(batches[step])
         anchors = draw_anchors(model, cfg, lengths, gens.anchors)
-        x, y = x.to(device), y.to(device)
+        x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
         logits, aux = model(x, lengths, anchors)  # (B, C), (B,) | None
         ce = F.cross_entropy(logits, y)
         aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
@@ -362,14 +364,9 @@ def train_epoch(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = clip_gradients(model.parameters(), cfg.clip)
-        if not bool(torch.isfinite(loss) & torch.isfinite(gnorm)):  # the step's one sync
-            what = "loss" if not torch.isfinite(loss) else "gradient norm"
-            value = float((loss if what == "loss" else gnorm).detach())
-            hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
-            raise TrainingDiverged(
-                f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-                f"{len(batches)}; {hint} (last good checkpoint kept, no metrics written)"
-            )
+        if pending is not None:
+            check_finite(*pending, len(batches), epoch, cfg)
+        pending = (step, loss.detach(), gnorm)
         opt.step()
         if sched is not None:
             sched.step(epoch - 1 + (step + 1) / len(batches))
@@ -380,13 +377,41 @@ def train_epoch(
         if on_step is not None:
             on_step(epoch, step + 1, model)
         if heartbeat is not None:
-            # the finite check's sync keeps the host within a step of the device
+            # the finite check's sync keeps the host within two steps of the device
             now = time.monotonic()
             if now - last_beat >= heartbeat_s:
                 heartbeat(heartbeat_line(epoch, cfg.max_epochs, step + 1, len(batches), now - start))
                 last_beat = now
+    if pending is not None:
+        check_finite(*pending, len(batches), epoch, cfg)
     ce_sum, aux_sum, correct = sums.tolist()
     return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
+
+
+def to_device(device: torch.device, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """A batch's tensors on `device` (None stays None). non_blocking: a plain copy to a GPU
+    waits for all the work queued before it, so a step would stall at every one."""
+    return tuple(None if t is None else t.to(device, non_blocking=True) for t in tensors)
+
+
+def check_finite(
+    step: int, loss: torch.Tensor, gnorm: torch.Tensor, steps: int, epoch: int, cfg: C.RunConfig
+) -> None:
+    """Raise TrainingDiverged when a step's loss or gradient norm is not finite.
+
+    Called for step s while step s + 1 is queued, so the host waits for step s only and the
+    GPU is never idle for it: a step's non-finite update is applied, and the run stops one
+    step later (nothing of it is saved: the last checkpoint is from the epoch before).
+    """
+    if bool(torch.isfinite(loss) & torch.isfinite(gnorm)):  # the step's one sync
+        return
+    what = "loss" if not torch.isfinite(loss) else "gradient norm"
+    value = float(loss if what == "loss" else gnorm)
+    hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
+    raise TrainingDiverged(
+        f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
+        f"{steps}; {hint} (last good checkpoint kept, no metrics written)"
+    )
 
 
 @torch.no_grad()
@@ -401,7 +426,7 @@ def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, device: torch
     for idx in order.split(cfg.batch_size):
         x, lengths, y = split.batch(idx)
         anchors = draw_anchors(model, cfg, lengths, gen)
-        x, y = x.to(device), y.to(device)
+        x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
         logits, aux = model(x, lengths, anchors)
         ce = F.cross_entropy(logits, y, reduction="sum")
         aux_sum = aux.sum() if aux is not None else torch.zeros((), device=device)

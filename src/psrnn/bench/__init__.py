@@ -17,6 +17,9 @@ Sections (`--only`, comma separated):
             the decoders (CPU with --compile-cpu), batch size 64 / 256
   prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
             (60K + 10K), run the real `prepare` on them: time and disk size
+  profile   torch.profiler over a few steps of each fast variant: per step device kernels,
+            busy time, host-device copies, synchronisations, .item() reads, aten ops;
+            the operators with the most self time (`profile`)
   budget    device hours of the whole paper config (experiments x seeds x grid points x
             max_epochs cap) from measured step times at each experiment's shapes (GPU: at
             the full length; CPU: two shorter lengths, extrapolated, batch 32 scaled)
@@ -48,6 +51,7 @@ from psrnn import config as C
 from psrnn.bench.budget import bench_budget
 from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
 from psrnn.bench.pipeline import bench_prepare, bench_snakemake
+from psrnn.bench.profile import bench_profile
 from psrnn.bench.report import SCHEMA, SECTIONS, merge, targets, to_markdown
 from psrnn.bench.speed import FULL, GPU_REPEATS, QUICK, Settings, bench_options, bench_train, ratios
 from psrnn.errors import UserError
@@ -223,6 +227,9 @@ def benchmark(
         with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
 
+    def do_profile() -> None:
+        result["profile"] = bench_profile(shapes, s, device, seq_len, log)
+
     def do_budget() -> None:
         reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))
         b = bench_budget(suite, device, quick, budget_batch, reps, log, s.threads)
@@ -240,6 +247,7 @@ def benchmark(
     steps = {
         "train": do_train,
         "options": do_options,
+        "profile": do_profile,
         "prepare": do_prepare,
         "budget": do_budget,
         "snakemake": do_snakemake,

@@ -215,10 +215,30 @@ def synthetic_split(shape: Shape, n: int, seq_len: int, seed: int):
     return SequenceSplit(x=x, y=y, offsets=None, categorical=False, scale=255.0)
 
 
-def measure_train(spec: Spec) -> dict[str, Any]:
-    """Time `warmup + repeats` training steps of one model (see `Spec`); returns step
-    times in ms (median/min/max, wall clock and process CPU), samples/s, peak memory in
-    MiB, parameter count, and with spec.eval_batches the time of one validation batch."""
+@dataclass
+class Setup:
+    """What `warmup + repeats` steps of `Spec` run on: built as training builds it."""
+
+    model: torch.nn.Module
+    cfg: C.RunConfig
+    opt: Any
+    sched: Any
+    split: Any  # SequenceSplit of batch x (warmup + repeats) synthetic sequences
+    gens: Any  # training.Generators
+    device: torch.device
+    params: int
+    shared_units: int
+
+    def epoch(self, on_step: Callable[[int, int, torch.nn.Module], None]) -> None:
+        """One `training.train_epoch` over the split: every step of the measurement."""
+        from psrnn import training
+
+        args = (self.model, self.split, self.cfg, self.opt, self.sched, self.gens, self.device)
+        training.train_epoch(*args, 1, on_step)
+
+
+def setup(spec: Spec) -> Setup:
+    """The model (naive, compiled or autocast as the spec says), optimizer and data of `spec`."""
     from psrnn import training
     from psrnn.models import build_model
     from psrnn.naive import NaivePSRNN
@@ -242,6 +262,17 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     opt, sched = training.make_optimizer(cfg, model)
     split = synthetic_split(shape, spec.batch * (spec.warmup + spec.repeats), spec.seq_len, spec.seed)
     gens = training.Generators.seeded(spec.seed)
+    return Setup(model, cfg, opt, sched, split, gens, device, params, shared_units)
+
+
+def measure_train(spec: Spec) -> dict[str, Any]:
+    """Time `warmup + repeats` training steps of one model (see `Spec`); returns step
+    times in ms (median/min/max, wall clock and process CPU), samples/s, peak memory in
+    MiB, parameter count, and with spec.eval_batches the time of one validation batch."""
+    from psrnn import training
+
+    run = setup(spec)
+    model, cfg, device, shape = run.model, run.cfg, run.device, spec.shape
     sync = synchronizer(device)
     stamps: list[tuple[float, float]] = []  # (wall, process CPU) after each step
 
@@ -253,7 +284,7 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     memory.start()
     sync()
     start = (time.perf_counter(), time.process_time())
-    training.train_epoch(model, split, cfg, opt, sched, gens, device, 1, on_step)
+    run.epoch(on_step)
     peak = memory.peak()
     wall, cpu = np.diff(np.array([start, *stamps]), axis=0).T  # (steps,) seconds per step each
     timed = wall[spec.warmup :].tolist()
@@ -266,8 +297,8 @@ def measure_train(spec: Spec) -> dict[str, Any]:
         "samples_per_s": spec.batch / statistics.median(timed),
         "peak_mem_mb": peak / 2**20,
         "memory_method": memory.method,
-        "params": params,
-        "shared_units": shared_units,
+        "params": run.params,
+        "shared_units": run.shared_units,
         "status": "ok",
     }
     if spec.eval_batches:
@@ -281,14 +312,17 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     return out
 
 
-def run_measurement(spec: Spec, isolate: bool) -> dict[str, Any]:
-    """measure_train in this process or in a fresh one; an error becomes status "error: ..."."""
+def run_measurement(
+    spec: Spec, isolate: bool, measure: Callable[[Spec], dict[str, Any]] = measure_train
+) -> dict[str, Any]:
+    """measure(spec) (default measure_train) in this process or in a fresh one; an error
+    becomes status "error: ..."."""
     try:
         if not isolate:
-            return measure_train(spec)
+            return measure(spec)
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            return pool.submit(measure_train, spec).result()
+            return pool.submit(measure, spec).result()
     except Exception as err:  # a failed option (e.g. no compiler) must not stop the benchmark
         msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
         return {"status": f"error: {type(err).__name__}: {msg[:300]}"}

@@ -13,12 +13,13 @@ from typing import Any
 from psrnn.bench.speed import VARIANT_LABELS
 from psrnn.errors import UserError
 
-SECTIONS = ("train", "options", "prepare", "budget", "snakemake")
+SECTIONS = ("train", "options", "profile", "prepare", "budget", "snakemake")
 SCHEMA = "psrnn-bench/1"
 # what each section adds to the result; train's settings and memory method go with its table
 SECTION_KEYS = {
     "train": ("train", "ratios", "settings", "memory_method"),
     "options": ("options",),
+    "profile": ("profile",),
     "prepare": ("prepare",),
     "budget": ("budget",),
     "snakemake": ("snakemake",),
@@ -339,6 +340,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 rows,
             ),
         ]
+    if result.get("profile"):
+        out += profile_markdown(result["profile"])
     if result.get("prepare"):
         out += [
             "",
@@ -430,3 +433,52 @@ def to_markdown(result: dict[str, Any]) -> str:
             + (f"{s['seconds']:.1f} s, {s['jobs']} jobs" if s["status"] == "ok" else s["status"]),
         ]
     return "\n".join(out) + "\n"
+
+
+def profile_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The profile section: per-step counts, then each measurement's top operators."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    counts = [
+        [
+            r["shape"],
+            VARIANT_LABELS[r["variant"]],
+            _n(r["per_step"]["wall_ms"]),
+            _n(r["per_step"]["device_busy_ms"]),
+            *[_n(r["per_step"][k], 0) for k in PROFILE_COUNTS],
+        ]
+        for r in ok
+    ]
+    out = [
+        "",
+        "## Profile",
+        "",
+        "Per training step, from torch.profiler (`bench.profile`): wall time under the profiler, "
+        "device busy time, and counts of device kernels, host-to-device copies (pageable: the host "
+        "waits), synchronisations, `.item()` reads, aten operator calls and kernel launches.",
+        "",
+        table(["shape", "model", "wall ms", "device ms", *PROFILE_COUNTS.values()], counts),
+    ]
+    for r in ok:
+        out += [
+            "",
+            f"{r['shape']}, {VARIANT_LABELS[r['variant']]}: top operators by {r['top_by']} per step",
+            "",
+            table(
+                ["operator", "calls", "ms"],
+                [[f"`{t['op']}`", _n(t["calls_per_step"]), _n(t["self_ms_per_step"], 2)] for t in r["top"]],
+            ),
+        ]
+    out += [f"- {r['shape']} {r['variant']}: {r.get('status')}" for r in rows if r.get("status") != "ok"]
+    return out
+
+
+PROFILE_COUNTS = {
+    "device_kernels": "kernels",
+    "h2d_copies": "H2D",
+    "h2d_pageable": "pageable",
+    "d2h_copies": "D2H",
+    "syncs": "syncs",
+    "item_reads": "item",
+    "aten_ops": "aten ops",
+    "kernel_launches": "launches",
+}
