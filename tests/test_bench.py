@@ -109,6 +109,29 @@ def _result(device, overhead, speedup, prepare=None, snake=None, quick=False):
     }
 
 
+def _budget(*peaks):
+    return {
+        "config": "config/paper.yaml",
+        "experiments": [
+            {"experiment": f"e{i}", "enabled": True, "peak_mb": p, "longest_batch_peak_mb": lp}
+            for i, (p, lp) in enumerate(peaks)
+        ],
+    }
+
+
+def test_memory_target_is_the_largest_enabled_peak_on_a_gpu_and_fails_on_a_failed_long_batch():
+    gpu = {**_result("cuda", 1.1, 25.0), "budget": _budget((900.0, None), (15000.0, 15000.0))}
+    t = report.memory_target(gpu)
+    assert (t["status"], t["measured"], t["note"]) == ("met", 15000 / 1024, "largest: e1 (config/paper.yaml)")
+    gpu["budget"] = _budget((900.0, None), (17000.0, 17000.0))
+    assert report.memory_target(gpu)["status"] == "not met"
+    gpu["budget"] = _budget((900.0, "error: OutOfMemoryError: CUDA out of memory"))
+    t = report.memory_target(gpu)
+    assert (t["status"], t["note"]) == ("not measured", "failed: e0")
+    cpu = {**_result("cpu", 1.1, 25.0), "budget": _budget((900.0, None))}
+    assert report.memory_target(cpu)["status"] == "not measured"
+
+
 def test_targets_met_not_met_and_not_measured():
     imdb = {
         "dataset": "imdb",
@@ -127,6 +150,7 @@ def test_targets_met_not_met_and_not_measured():
         "IMDB preparation of 50K reviews": "not met",  # 61 s > 60 s
         "IMDB prepared size on disk": "met",
         "snakemake -n of the paper config": "met",
+        "peak GPU memory of every experiment (longest text batch under max_tokens)": "not measured",
     }
     cpu = {x["target"]: x["status"] for x in report.targets(_result("cpu", 1.6, 4.0))}
     assert list(cpu.values())[:3] == ["not met", "not measured", "not met"]
@@ -189,7 +213,8 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
 
     def fake(spec, isolate):
         calls.append(spec)
-        return {"status": "ok", "step_ms": {"min": 200.0 if spec.shared else 100.0}, "eval_batch_ms": 50.0}
+        ms = 200.0 if spec.shared else 100.0
+        return {"status": "ok", "step_ms": {"min": ms}, "eval_batch_ms": 50.0, "peak_mem_mb": ms * 10}
 
     monkeypatch.setattr(budget, "run_measurement", fake)
     b = budget.bench_budget(
@@ -204,13 +229,48 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
     epoch_b = 500 * 0.2 + 100 * 0.05
     assert e["b"]["hours"] == pytest.approx(2 * 20 * epoch_b / 3600)  # no grid: seeds only
     assert b["total_hours"] == pytest.approx(e["a"]["hours"] + e["b"]["hours"])
+    # images: every batch is as long as the timed one, so its peak is the experiment's
+    assert (e["a"]["peak_mb"], e["b"]["peak_mb"]) == (1000.0, 2000.0)
+    assert e["a"]["longest_batch_peak_mb"] is None
+
+
+def test_budget_measures_the_longest_text_batch_under_max_tokens_on_a_gpu(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def fake(spec, isolate):  # memory grows with the padded steps of a piece
+        calls.append(spec)
+        piece = min(spec.batch * spec.seq_len, spec.max_tokens or spec.batch * spec.seq_len)
+        return {"status": "ok", "step_ms": {"min": 1.0}, "eval_batch_ms": 1.0, "peak_mem_mb": piece / 1000}
+
+    monkeypatch.setattr(budget, "run_measurement", fake)
+    suite = C.validate_suite(
+        {
+            "name": "t",
+            "seeds": [0],
+            "datasets": {"imdb": {"enabled": True}},
+            "defaults": {"batch_size": 128, "bucket": 50, "max_tokens": 400_000, "max_epochs": 1},
+            "experiments": {"t": {"dataset": "imdb", "hidden": 8}},
+        }
+    )
+    e = budget.bench_budget(suite, torch.device("cuda"), False, None, (1, 1), lambda m: None)["experiments"][
+        0
+    ]
+    timed, longest = calls
+    assert timed.seq_len == e["seq_len"] < longest.seq_len == e["longest"]  # the mean padded, the longest
+    assert longest.max_tokens == 400_000 and longest.batch == 128
+    assert e["longest_batch_peak_mb"] == 400.0 and e["peak_mb"] == 400.0  # bounded by the budget
+    calls.clear()
+    budget.bench_budget(suite, torch.device("cpu"), False, 32, (1, 1), lambda m: None)
+    assert all(c.seq_len < 1000 for c in calls)  # no 13K-step batch on a CPU
 
 
 def test_budget_on_cpu_extrapolates_and_scales_batch(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
     def fake(spec, isolate):  # 1 ms per step of sequence at batch 25
-        return {"status": "ok", "step_ms": {"min": spec.seq_len * 1.0}, "eval_batch_ms": spec.seq_len * 0.5}
+        t = spec.seq_len
+        return {"status": "ok", "step_ms": {"min": t * 1.0}, "eval_batch_ms": t * 0.5, "peak_mem_mb": 1.0}
 
     monkeypatch.setattr(budget, "run_measurement", fake)
     b = budget.bench_budget(
@@ -231,6 +291,7 @@ def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path)
             "step_ms": {"min": 300.0},
             "step_cpu_ms": {"min": 100.0},
             "eval_batch_ms": 10.0,
+            "peak_mem_mb": 1.0,
         }
 
     monkeypatch.setattr(budget, "run_measurement", fake)
@@ -284,7 +345,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
             "bench",
             "--quick",
             "--only",
-            "train,options",
+            "train,options,profile",
             "--shapes",
             "mnist",
             "--isolate",
@@ -329,7 +390,13 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     options = {(o["option"], str(o["value"]), o["variant"]): o["status"] for o in r["options"]}
     assert options[("amp", "bf16", "ps50")] == "ok"  # CPU autocast: the GPU's code path runs here
     assert options[("batch", "8", "ps50")] == "ok"
-    assert len(r["targets"]) == 6 and all(t["status"] == "not measured" for t in r["targets"])
+    assert len(r["targets"]) == 7 and all(t["status"] == "not measured" for t in r["targets"])
+    # profile: counted per step on the CPU (no device kernels); the aux models run more ops
+    prof = {p["variant"]: p for p in r["profile"]}
+    assert list(prof) == ["gru", "full", "ps50"] and all(p["status"] == "ok" for p in prof.values())
+    assert prof["gru"]["per_step"]["device_kernels"] == 0
+    assert 0 < prof["gru"]["per_step"]["aten_ops"] < prof["ps50"]["per_step"]["aten_ops"]
+    assert "## Profile" in json_path.with_suffix(".md").read_text()
 
     md = json_path.with_suffix(".md").read_text()
     assert (
@@ -337,7 +404,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
         and "| shape | model | T x F | batch | step ms | CPU ms | samples/s | peak MB | params |" in md
     )
     rows = [line for line in md.splitlines() if line.startswith("| mnist | ")]
-    assert len(rows) == 4 + 3  # one per model, one per ratio
+    assert len(rows) == 4 + 3 + 3  # one per model, one per ratio, one per profiled model
     assert sum("naive private/shared" in line for line in md.splitlines()) == 1
     assert math.isfinite(r["total_s"])
 

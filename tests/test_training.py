@@ -27,7 +27,7 @@ from psrnn.config import RunConfig
 from psrnn.models import param_counts
 from psrnn.training import METRIC_KEYS
 
-TIMING_KEYS = ("wall_time_s", "samples_per_s")
+TIMING_KEYS = ("wall_time_s", "samples_per_s", "peak_memory_mb")  # measured, not computed
 
 
 # --- tiny prepared datasets --------------------------------------------------------------

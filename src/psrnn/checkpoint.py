@@ -21,7 +21,10 @@ from psrnn.files import md5sum, torch_save
 if TYPE_CHECKING:
     from psrnn.models import PSRNN
 
-RESUME_EXEMPT = ("progress", "device")
+# settings a run may resume across: where and how it shows progress, and max_tokens (the
+# same batches' gradients in more or fewer pieces: lower it and resume after running out
+# of GPU memory)
+RESUME_EXEMPT = ("progress", "device", "max_tokens")
 
 
 class ConfigChanged(UserError):
@@ -62,6 +65,7 @@ class RunState:
     captures: dict[int, torch.Tensor] = field(default_factory=dict)  # epoch -> (S, T, d)
     train_time_s: float = 0.0  # time in training passes (for samples_per_s)
     wall_time_s: float = 0.0  # all sessions together
+    peak_memory_mb: float = 0.0  # the largest of all sessions (machine.PeakMemory)
 
 
 def rng_state(gens: Generators) -> dict[str, Any]:

@@ -82,6 +82,10 @@ class RunConfig:
     # text: sort each pool of this many random batches by length, so a batch pads to near
     # its own length (batch order stays random); 0 = plain random batches
     bucket: int = 0
+    # memory bound: a batch of more padded steps (sequences x longest length) than this is
+    # run as pieces whose gradients add up to the batch's (data.micro_batches), in training
+    # and evaluation alike; 0 = no bound. Peak memory grows with it (metrics.json)
+    max_tokens: int = 0
     max_epochs: int = 200
     patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
     clip: float = 1.0  # max global gradient norm (0 = off)

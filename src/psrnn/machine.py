@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,3 +112,62 @@ def load_average() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except OSError:
         return None
+
+
+# --- peak memory (bench measurements, training's metrics.json) -------------------------------
+
+
+def _proc_status_kb(key: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class PeakMemory:
+    """Peak memory growth of the measured steps, in bytes; `method` says how it was taken."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+        if device.type == "cuda":
+            self.method = "cuda max_memory_allocated growth"
+        elif _proc_status_kb("VmHWM") is not None and self._reset_hwm():
+            self.method = "cpu peak RSS growth (VmHWM reset via clear_refs)"
+        else:
+            self.method = "cpu ru_maxrss growth"
+
+    @staticmethod
+    def _reset_hwm() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # 5 = reset the peak resident set size to the current one
+            return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+        elif self.method.startswith("cpu peak RSS"):
+            self._reset_hwm()
+            self.base = (_proc_status_kb("VmRSS") or 0) * 1024
+        else:
+            import resource
+
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device) - self.base
+        if self.method.startswith("cpu peak RSS"):
+            return (_proc_status_kb("VmHWM") or 0) * 1024 - self.base
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base

@@ -63,10 +63,10 @@ from psrnn.checkpoint import (  # noqa: F401 (re-exports)
     load_last,
     save_last,
 )
-from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest
+from psrnn.data import SequenceSplit, batch_order, load_split, micro_batches, read_manifest
 from psrnn.errors import UserError
 from psrnn.files import read_json, torch_save, write_bytes, write_json, write_text
-from psrnn.machine import cpu_name, device_name, environment, git_commit  # noqa: F401 (re-exports)
+from psrnn.machine import PeakMemory, cpu_name, device_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
 
 EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
@@ -119,6 +119,8 @@ METRIC_KEYS = frozenset(
         "shared_units",
         "wall_time_s",
         "samples_per_s",
+        "peak_memory_mb",
+        "peak_memory_method",
         "device",
         "device_name",
         "diverged",
@@ -161,6 +163,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start over when the run directory's checkpoint was written with other "
         "settings (default: that is an error); Snakemake's rules pass it",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads of this run (torch.set_num_threads; default: torch's, all cores); "
+        "Snakemake's rules pass the job's `threads`",
     )
 
 
@@ -212,6 +220,10 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
 
 def run(args: argparse.Namespace) -> int:
     cfg, out, meta = resolve_args(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads {args.threads}: must be at least 1")
+        torch.set_num_threads(args.threads)
     metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change)
     print(
         f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
@@ -343,7 +355,8 @@ def train_epoch(
     """
     model.train()
     n = len(split)
-    batches = batch_order(split.lengths, cfg.batch_size, cfg.bucket, gens.shuffle)
+    all_lengths = split.lengths  # (N,), computed once: text's come from its offsets
+    batches = batch_order(all_lengths, cfg.batch_size, cfg.bucket, gens.shuffle)
     lr = opt.param_groups[0]["lr"]
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
     steps = range(len(batches))
@@ -354,26 +367,29 @@ def train_epoch(
     start = last_beat = time.monotonic()
     pending = None  # the previous step's (step, loss, gradient norm), checked a step late
     for step in steps:
-        x, lengths, y = split.batch(batches[step])
-        anchors = draw_anchors(model, cfg, lengths, gens.anchors)
-        x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
-        logits, aux = model(x, lengths, anchors)  # (B, C), (B,) | None
-        ce = F.cross_entropy(logits, y)
-        aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
-        loss = ce + cfg.aux_weight * aux_mean
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        batch = batches[step]
+        lengths = all_lengths[batch]
+        anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
+        loss = torch.zeros((), device=device)
+        for piece in micro_batches(lengths, cfg.max_tokens):
+            ce, aux_mean, correct = piece_loss(model, split, batch, piece, anchors, device)
+            # each piece's mean losses weighted by its share: the batch mean, as one piece
+            share = len(piece) / len(batch)
+            piece_total = ce + cfg.aux_weight * aux_mean
+            if share != 1.0:
+                piece_total = piece_total * share
+            piece_total.backward()
+            loss = loss + piece_total.detach()
+            b = len(piece)
+            sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
         gnorm = clip_gradients(model.parameters(), cfg.clip)
         if pending is not None:
             check_finite(*pending, len(batches), epoch, cfg)
-        pending = (step, loss.detach(), gnorm)
+        pending = (step, loss, gnorm)
         opt.step()
         if sched is not None:
             sched.step(epoch - 1 + (step + 1) / len(batches))
-        b = len(y)
-        sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, (logits.argmax(-1) == y).sum()]).to(
-            torch.float64
-        )
         if on_step is not None:
             on_step(epoch, step + 1, model)
         if heartbeat is not None:
@@ -386,6 +402,39 @@ def train_epoch(
         check_finite(*pending, len(batches), epoch, cfg)
     ce_sum, aux_sum, correct = sums.tolist()
     return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
+
+
+def piece_forward(
+    model: PSRNN,
+    split: SequenceSplit,
+    batch: torch.Tensor,
+    piece: torch.Tensor,
+    anchors: torch.Tensor | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(logits (b, C), aux loss per sequence (b,) or None, labels (b,)) of the sequences at
+    positions `piece` of `batch` (data.micro_batches), with their rows of the batch's anchors."""
+    whole = len(piece) == len(batch)  # one piece: the batch as drawn, in its order
+    x, lengths, y = split.batch(batch if whole else batch[piece])
+    if anchors is not None and not whole:
+        anchors = anchors[piece]
+    x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
+    logits, aux = model(x, lengths, anchors)
+    return logits, aux, y
+
+
+def piece_loss(
+    model: PSRNN,
+    split: SequenceSplit,
+    batch: torch.Tensor,
+    piece: torch.Tensor,
+    anchors: torch.Tensor | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean CE, mean aux loss, correct count) of one piece of a training batch."""
+    logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
+    aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
+    return F.cross_entropy(logits, y), aux_mean, (logits.argmax(-1) == y).sum()
 
 
 def to_device(device: torch.device, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
@@ -422,15 +471,16 @@ def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, device: torch
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
     # by length: metrics do not depend on the order, and ragged text pads least this way
     ragged = split.offsets is not None
-    order = torch.argsort(split.lengths, stable=True) if ragged else torch.arange(len(split))
-    for idx in order.split(cfg.batch_size):
-        x, lengths, y = split.batch(idx)
+    all_lengths = split.lengths  # (N,)
+    order = torch.argsort(all_lengths, stable=True) if ragged else torch.arange(len(split))
+    for batch in order.split(cfg.batch_size):
+        lengths = all_lengths[batch]
         anchors = draw_anchors(model, cfg, lengths, gen)
-        x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
-        logits, aux = model(x, lengths, anchors)
-        ce = F.cross_entropy(logits, y, reduction="sum")
-        aux_sum = aux.sum() if aux is not None else torch.zeros((), device=device)
-        sums += torch.stack([ce, aux_sum, (logits.argmax(-1) == y).sum()]).to(torch.float64)
+        for piece in micro_batches(lengths, cfg.max_tokens):
+            logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
+            ce = F.cross_entropy(logits, y, reduction="sum")
+            aux_sum = aux.sum() if aux is not None else torch.zeros((), device=device)
+            sums += torch.stack([ce, aux_sum, (logits.argmax(-1) == y).sum()]).to(torch.float64)
     ce_sum, aux_sum, correct = sums.tolist()
     n = max(len(split), 1)
     return {"main_loss": ce_sum / n, "aux_loss": aux_sum / n, "acc": correct / n}
@@ -547,6 +597,8 @@ def train(
     manifest = read_manifest(cfg.data_dir)
     data = data_identity(cfg)
     splits = {s: load_split(cfg.data_dir, s) for s in ("train", "valid", "test")}
+    memory = PeakMemory(device)  # from here: the model, training, evaluation, the test
+    memory.start()
 
     seed_everything(cfg.seed, device)
     num_classes = int(manifest["num_classes"])
@@ -617,6 +669,7 @@ def train(
             st.stopped = "max_epochs"
         st.wall_time_s += time.perf_counter() - session_start
         session_start = time.perf_counter()
+        st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
         write_text(out_dir / "history.csv", history_csv(st.history))
         save_last(last_path, cfg, st, model, opt, sched, gens, data)
         log(
@@ -644,6 +697,7 @@ def train(
         session_start,
         divergence(st.history, first_loss),
         log,
+        memory,
     )
 
 
@@ -658,8 +712,10 @@ def finish(
     session_start: float,
     diverged: dict[str, Any] | None,
     log: Callable[[str], None],
+    memory: PeakMemory,
 ) -> dict[str, Any]:
-    """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json."""
+    """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json
+    (with the peak memory of every session, the test included)."""
     model.load_state_dict(st.best_model)
     test = evaluate(model, splits["test"], cfg, device)
     best = st.history[st.best_epoch - 1]
@@ -700,6 +756,8 @@ def finish(
         "shared_units": model.shared_units,
         "wall_time_s": wall,
         "samples_per_s": len(splits["train"]) * st.epoch / max(st.train_time_s, 1e-9),
+        "peak_memory_mb": round(max(st.peak_memory_mb, memory.peak() / 2**20), 1),
+        "peak_memory_method": memory.method,
         **environment(device),
         "config": cfg.to_dict(),
     }

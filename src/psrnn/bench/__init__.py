@@ -228,7 +228,7 @@ def benchmark(
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
 
     def do_profile() -> None:
-        result["profile"] = bench_profile(shapes, s, device, seq_len, log)
+        result["profile"] = bench_profile(shapes, s, device, seq_len, log, isolate or device.type == "cuda")
 
     def do_budget() -> None:
         reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))

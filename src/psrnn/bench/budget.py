@@ -115,7 +115,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     droot = C.data_root(suite)
     rows = []
-    cache: dict[tuple[str, int, int], tuple[int, str]] = {}
+    cache: dict[tuple[str, int, int], tuple[int, str, int]] = {}
     enabled = set(C.enabled_datasets(suite))
     for name, exp in suite["experiments"].items():
         ds = exp["dataset"]
@@ -132,13 +132,14 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
             if ds in IMAGE_SIDE:
                 side = opts.get("downsample") or IMAGE_SIDE[ds]
                 seq_len, features, kind = side * side, IMAGE_FEATURES[ds], "continuous"
-                length_source = "image size"
+                length_source, longest = "image size", side * side
             else:
                 key = (ds, cfg.batch_size, cfg.bucket)
                 if key not in cache:
                     lengths, src = text_lengths(ds, opts, prepared, rng)
-                    cache[key] = (padded_length(lengths, cfg.batch_size, cfg.bucket, train_n), src)
-                seq_len, length_source = cache[key]
+                    padded = padded_length(lengths, cfg.batch_size, cfg.bucket, train_n)
+                    cache[key] = (padded, src, int(lengths.max()))
+                seq_len, length_source, longest = cache[key]
                 features = (
                     manifest["features"]
                     if manifest
@@ -153,6 +154,8 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                     "enabled": ds in enabled,
                     "sizes_source": sizes_source,
                     "seq_len": seq_len,
+                    "longest": longest,  # the longest sequence: its batch needs the most memory
+                    "max_tokens": cfg.max_tokens,
                     "length_source": length_source,
                     "features": features,
                     "input": kind,
@@ -193,6 +196,8 @@ def shape_key(row: dict[str, Any]) -> tuple:
         "decoder_layers",
         "decoder_input",
         "head",
+        "longest",
+        "max_tokens",
     )
     return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in keys)
 
@@ -218,6 +223,40 @@ def extrapolate(points: list[tuple[int, float]], seq_len: int) -> float:
     (t1, s1), (t2, s2) = points
     slope = max(0.0, (s2 - s1) / (t2 - t1))
     return s2 + slope * (seq_len - t2)
+
+
+def row_spec(
+    row: dict[str, Any],
+    shape: Shape,
+    seq_len: int,
+    batch: int,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    threads: int | None,
+) -> Spec:
+    """The measurement of a budget row's model at seq_len steps."""
+    return Spec(
+        shape=shape,
+        seq_len=seq_len,
+        hidden=row["hidden"],
+        shared=row["shared"],
+        tasks=tuple(row["tasks"]),
+        anchors=row["anchors"],
+        window=row["window"],
+        batch=batch,
+        warmup=warmup,
+        repeats=repeats,
+        device=str(device),
+        seed=0,
+        threads=threads,
+        eval_batches=1,
+        embedding=row["embedding"],
+        decoder_layers=row["decoder_layers"],
+        decoder_input=row["decoder_input"],
+        head=row["head"],
+        max_tokens=row["max_tokens"],
+    )
 
 
 def bench_budget(
@@ -252,33 +291,24 @@ def bench_budget(
             device,
             quick,
         )
+        peaks = []
         for t in lengths:
-            spec = Spec(
-                shape=shape,
-                seq_len=t,
-                hidden=row["hidden"],
-                shared=row["shared"],
-                tasks=tuple(row["tasks"]),
-                anchors=row["anchors"],
-                window=row["window"],
-                batch=batch,
-                warmup=warmup,
-                repeats=reps,
-                device=str(device),
-                seed=0,
-                threads=threads,
-                eval_batches=1,
-                embedding=row["embedding"],
-                decoder_layers=row["decoder_layers"],
-                decoder_input=row["decoder_input"],
-                head=row["head"],
-            )
+            spec = row_spec(row, shape, t, batch, warmup, reps, device, threads)
             res = run_measurement(spec, isolate=False)
             if res.get("status") != "ok":
                 status = res.get("status", "error")
                 break
             points.append((t, res[clock]["min"] / 1e3))  # best of the repeats: least disturbed
             eval_points.append((t, res["eval_batch_ms"] / 1e3))
+            peaks.append(res["peak_mem_mb"])
+        longest = None
+        if status == "ok" and device.type == "cuda" and row["longest"] > row["seq_len"]:
+            # one step and one validation batch of the longest text's batch, under max_tokens
+            spec = row_spec(row, shape, row["longest"], row["batch"], 1, 1, device, threads)
+            res = run_measurement(spec, isolate=False)
+            longest = res.get("peak_mem_mb") if res.get("status") == "ok" else res.get("status")
+            if isinstance(longest, float):
+                peaks.append(longest)
         scale = row["batch"] / batch  # CPU --budget-batch: time scaled linearly in batch size
         if status == "ok":
             step_s = extrapolate(points, row["seq_len"]) * scale
@@ -288,13 +318,17 @@ def bench_budget(
         measured[key] = {
             "step_s": step_s,
             "eval_batch_s": eval_s,
+            # MiB over the allocation before the first step; on CPU at the timed batch
+            "peak_mb": max(peaks) if peaks else None,
+            "longest_batch_peak_mb": longest,
             "timed_lengths": lengths,
             "timed_batch": batch,
             "status": status,
         }
         log(
             f"budget {row['experiment']:26s} T={row['seq_len']:5d} d={row['hidden']:5d} "
-            f"step {step_s if step_s is None else round(step_s, 3)} s ({status})"
+            f"step {step_s if step_s is None else round(step_s, 3)} s, peak "
+            f"{'-' if not peaks else round(max(peaks))} MB ({status})"
         )
 
     experiments: dict[str, dict[str, Any]] = {}
@@ -322,8 +356,17 @@ def bench_budget(
                 "status": "ok",
                 "timed_lengths": m["timed_lengths"],
                 "timed_batch": m["timed_batch"],
+                "longest": row["longest"],
+                "max_tokens": row["max_tokens"],
+                "peak_mb": None,
+                "longest_batch_peak_mb": None,
             },
         )
+        for k in ("peak_mb", "longest_batch_peak_mb"):  # the largest over the grid points
+            if isinstance(m[k], str) or (isinstance(m[k], float) and not isinstance(e[k], (str, float))):
+                e[k] = m[k]  # a failed measurement (its status) stays
+            elif isinstance(m[k], float) and isinstance(e[k], float):
+                e[k] = max(e[k], m[k])
         if m["status"] != "ok":
             e["status"] = m["status"]
             continue
@@ -368,6 +411,9 @@ def bench_budget(
                 else "(timed at two shorter lengths, extrapolated linearly in T)"
             )
             + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
+            + "; peak memory: the largest growth over the allocation before the first step, "
+            "of the timed steps and (GPU, text) of one step and validation batch at the "
+            "longest text's batch under the experiment's max_tokens"
             + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
             "every run to its max_epochs cap (early stopping only shortens it); "
             "search = every grid point once (first seed), final = seeds x the "

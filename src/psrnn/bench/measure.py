@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from psrnn import config as C
+from psrnn.machine import PeakMemory
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ class Spec:
     decoder_layers: int = 1
     decoder_input: str = "teacher"
     head: str = "linear"
+    max_tokens: int = 0  # training's token budget (data.micro_batches)
 
     def run_config(self) -> C.RunConfig:
         """The training RunConfig (optimizer and clipping as training's defaults)."""
@@ -93,6 +94,7 @@ class Spec:
                 "decoder_layers": self.decoder_layers,
                 "head": self.head,
                 "decoder_input": self.decoder_input,
+                "max_tokens": self.max_tokens,
                 "seed": self.seed,
             }
         )
@@ -109,62 +111,6 @@ def spread(values: list[float], scale: float = 1.0) -> dict[str, Any]:
         "max": max(values) * scale,
         "n": len(values),
     }
-
-
-def _proc_status_kb(key: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-class PeakMemory:
-    """Peak memory growth of the measured steps, in bytes; `method` says how it was taken."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.base = 0
-        if device.type == "cuda":
-            self.method = "cuda max_memory_allocated growth"
-        elif _proc_status_kb("VmHWM") is not None and self._reset_hwm():
-            self.method = "cpu peak RSS growth (VmHWM reset via clear_refs)"
-        else:
-            self.method = "cpu ru_maxrss growth"
-
-    @staticmethod
-    def _reset_hwm() -> bool:
-        try:
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")  # 5 = reset the peak resident set size to the current one
-            return True
-        except OSError:
-            return False
-
-    def start(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.base = torch.cuda.memory_allocated(self.device)
-        elif self.method.startswith("cpu peak RSS"):
-            self._reset_hwm()
-            self.base = (_proc_status_kb("VmRSS") or 0) * 1024
-        else:
-            import resource
-
-            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-    def peak(self) -> int:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return torch.cuda.max_memory_allocated(self.device) - self.base
-        if self.method.startswith("cpu peak RSS"):
-            return (_proc_status_kb("VmHWM") or 0) * 1024 - self.base
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base
 
 
 def synchronizer(device: torch.device) -> Callable[[], None]:
@@ -285,7 +231,6 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     sync()
     start = (time.perf_counter(), time.process_time())
     run.epoch(on_step)
-    peak = memory.peak()
     wall, cpu = np.diff(np.array([start, *stamps]), axis=0).T  # (steps,) seconds per step each
     timed = wall[spec.warmup :].tolist()
     out = {
@@ -295,7 +240,7 @@ def measure_train(spec: Spec) -> dict[str, Any]:
         # time other processes held the cores (but does count idle threads' spin-waiting)
         "step_cpu_ms": spread(cpu[spec.warmup :].tolist(), 1e3),
         "samples_per_s": spec.batch / statistics.median(timed),
-        "peak_mem_mb": peak / 2**20,
+        "peak_mem_mb": None,  # below, after the validation batches
         "memory_method": memory.method,
         "params": run.params,
         "shared_units": run.shared_units,
@@ -309,6 +254,7 @@ def measure_train(spec: Spec) -> dict[str, Any]:
         training.evaluate(model, eval_split, cfg, device)
         sync()
         out["eval_batch_ms"] = (time.perf_counter() - t0) / spec.eval_batches * 1e3
+    out["peak_mem_mb"] = memory.peak() / 2**20  # training steps and validation batches
     return out
 
 

@@ -101,15 +101,16 @@ def bench_profile(
     device: torch.device,
     seq_len: Callable[[Shape], int],
     log: Callable[[str], None],
+    isolate: bool = True,
 ) -> list[dict[str, Any]]:
-    """profile_train of each fast variant at each shape, each in a fresh process."""
+    """profile_train of each fast variant at each shape (isolate: each in a fresh process)."""
     rows = []
     for shape in shapes:
         for variant, (_, naive) in VARIANTS.items():
             if naive:
                 continue  # the slow reference's thousands of small ops say nothing about ours
             spec = make_spec(shape, variant, s, device, seq_len(shape))
-            res = run_measurement(spec, isolate=True, measure=profile_train)
+            res = run_measurement(spec, isolate, measure=profile_train)
             rows.append({"shape": shape.dataset, "variant": variant, "seq_len": spec.seq_len, **res})
             if res.get("status") == "ok":
                 p = res["per_step"]

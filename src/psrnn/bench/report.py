@@ -32,6 +32,7 @@ TARGETS = {
     "imdb_prepare_s": 60.0,
     "imdb_prepared_mb": 100.0,
     "snakemake_s": 10.0,
+    "peak_gib": 16.0,  # every experiment's largest batch, training and evaluation
 }
 
 
@@ -123,6 +124,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
 
+    out.append(memory_target(result))
+
     snake = result.get("snakemake") or {}
     s = snake.get("seconds") if snake.get("status") == "ok" and snake.get("paper") else None
     out.append(
@@ -140,6 +143,35 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     return out
+
+
+def _peak(value: Any) -> str:
+    return value if isinstance(value, str) else _n(value, 0)
+
+
+def memory_target(result: dict[str, Any]) -> dict[str, Any]:
+    """The largest peak memory over the budget's enabled experiments, on a GPU."""
+    b = result.get("budget") or {}
+    rows = [e for e in b.get("experiments", []) if e["enabled"]]
+    failed = [e["experiment"] for e in rows if isinstance(e.get("longest_batch_peak_mb"), str)]
+    peaks = [(e["peak_mb"], e["experiment"]) for e in rows if isinstance(e.get("peak_mb"), float)]
+    gpu = result["environment"]["device"] == "cuda" and not result["quick"]
+    value = max(peaks)[0] / 1024 if peaks and gpu and not failed else None
+    note = (
+        f"failed: {', '.join(failed)}"
+        if failed
+        else f"largest: {max(peaks)[1]} ({b.get('config')})"
+        if value is not None
+        else "needs the budget section on a GPU"
+    )
+    return _target(
+        "peak GPU memory of every experiment (longest text batch under max_tokens)",
+        f"<= {TARGETS['peak_gib']:.0f} GiB",
+        value,
+        None if value is None else value <= TARGETS["peak_gib"] and not failed,
+        "GiB",
+        note,
+    )
 
 
 # --- merging parts -------------------------------------------------------------------------
@@ -395,6 +427,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{e['seeds']} + {e['grid_points']}",
                 e["max_epochs"],
                 _n(e["hours"]) if e["status"] == "ok" else e["status"],
+                _peak(e.get("peak_mb")),
+                _peak(e.get("longest_batch_peak_mb")),
             ]
             for e in b["experiments"]
         ]
@@ -419,6 +453,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                     "runs (seeds + grid)",
                     "epochs cap",
                     unit,
+                    "peak MB",
+                    "longest batch MB",
                 ],
                 rows,
             ),

@@ -186,3 +186,28 @@ def batch_order(
         batches.extend(by_length.split(batch_size))
     shuffle = torch.randperm(len(batches), generator=generator)
     return [batches[i] for i in shuffle.tolist()]
+
+
+def micro_batches(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:
+    """Positions into a batch of sequences of `lengths` (B,), as pieces of at most
+    `max_tokens` padded steps (sequences x the piece's longest length) each: a memory bound
+    for long text. One piece, arange(B), when the batch fits or max_tokens is 0.
+
+    A batch over the budget is sorted by length and cut greedily, so each piece pads
+    little; a sequence longer than the budget alone is a piece of its own (a sequence is
+    never cut). Training sums the pieces' gradients before one optimizer step, each piece's
+    loss weighted by its share of the batch, with the anchors drawn for the whole batch: the
+    step's loss and per-sequence losses are those of the whole batch.
+    """
+    count = len(lengths)
+    if max_tokens <= 0 or count == 0 or count * int(lengths.max()) <= max_tokens:
+        return [torch.arange(count)]
+    ascending = torch.argsort(lengths, stable=True)
+    pieces, start = [], 0
+    for end, length in enumerate(lengths[ascending].tolist(), start=1):
+        # piece [start, end) pads to `length`, its longest (lengths ascend)
+        if end - start > 1 and (end - start) * length > max_tokens:
+            pieces.append(ascending[start : end - 1])
+            start = end - 1
+    pieces.append(ascending[start:])
+    return pieces
