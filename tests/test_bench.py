@@ -3,6 +3,7 @@ targets, budget, extrapolation) is right, its generated archives go through the 
 `prepare`, and `bench --quick` writes well-formed JSON and Markdown. Speeds are not
 asserted: the machine running the tests is not the one the numbers are for."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -489,3 +490,31 @@ def test_budget_sizes_without_prepare_fall_back_to_the_papers_table1(monkeypatch
     assert (train, valid) == (45_000, 15_000) and source.startswith("paper Table 1")
     lengths, _ = budget.text_lengths("imdb", {}, None, np.random.default_rng(0))
     assert lengths.min() >= 500
+
+
+def test_packing_speedup_is_all_jobs_throughput_over_one_jobs(monkeypatch):
+    calls = []
+
+    def fake(specs):  # 2 jobs at 1.5x the step time each: 1.33x the throughput
+        calls.append(specs)
+        return [
+            {"status": "ok", "step_ms": {"median": 10.0 * (1 + 0.5 * (len(specs) - 1))}, "peak_mem_mb": 5.0}
+        ] * len(specs)
+
+    monkeypatch.setattr(speed, "run_together", fake)
+    rows = speed.bench_packing(
+        [measure.SHAPES["mnist"]],
+        speed.QUICK,
+        torch.device("cpu"),
+        lambda sh: 48,
+        lambda m: None,
+        jobs=(1, 2),
+    )
+    assert [r["speedup"] for r in rows] == pytest.approx([1.0, 2 / 1.5])
+    assert [s.seed for s in calls[1]] == [0, 1] and calls[1][0].repeats >= 30  # distinct jobs, long enough
+
+
+def test_jobs_run_together_start_their_timed_steps_at_once():
+    spec = speed.make_spec(measure.SHAPES["mnist"], "gru", speed.QUICK, torch.device("cpu"), 16)
+    a, b = measure.run_together([spec, dataclasses.replace(spec, seed=1)])
+    assert a["status"] == b["status"] == "ok" and a["params"] == b["params"]

@@ -17,6 +17,8 @@ Sections (`--only`, comma separated):
             the decoders (CPU with --compile-cpu), batch size 64 / 256
   prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
             (60K + 10K), run the real `prepare` on them: time and disk size
+  packing   1, 2 and 4 training jobs (private/shared 50 %) sharing the device at once, each
+            with 4 threads: per-job step time, throughput over one job's (`speed`)
   profile   torch.profiler over a few steps of each fast variant: per step device kernels,
             busy time, host-device copies, synchronisations, .item() reads, aten ops;
             the operators with the most self time (`profile`)
@@ -53,7 +55,16 @@ from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
 from psrnn.bench.pipeline import bench_prepare, bench_snakemake
 from psrnn.bench.profile import bench_profile
 from psrnn.bench.report import SCHEMA, SECTIONS, merge, targets, to_markdown
-from psrnn.bench.speed import FULL, GPU_REPEATS, QUICK, Settings, bench_options, bench_train, ratios
+from psrnn.bench.speed import (
+    FULL,
+    GPU_REPEATS,
+    QUICK,
+    Settings,
+    bench_options,
+    bench_packing,
+    bench_train,
+    ratios,
+)
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json, write_text
 from psrnn.machine import bench_environment, load_average
@@ -227,6 +238,9 @@ def benchmark(
         with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
 
+    def do_packing() -> None:
+        result["packing"] = bench_packing(shapes, s, device, seq_len, log)
+
     def do_profile() -> None:
         result["profile"] = bench_profile(shapes, s, device, seq_len, log, isolate or device.type == "cuda")
 
@@ -247,6 +261,7 @@ def benchmark(
     steps = {
         "train": do_train,
         "options": do_options,
+        "packing": do_packing,
         "profile": do_profile,
         "prepare": do_prepare,
         "budget": do_budget,

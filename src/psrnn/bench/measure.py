@@ -211,6 +211,27 @@ def setup(spec: Spec) -> Setup:
     return Setup(model, cfg, opt, sched, split, gens, device, params, shared_units)
 
 
+_start_together: Any = None  # a multiprocessing Barrier in run_together's workers
+
+
+def _join(barrier: Any) -> None:
+    global _start_together
+    _start_together = barrier
+
+
+def run_together(specs: list[Spec]) -> list[dict[str, Any]]:
+    """measure_train of every spec at once, each in its own process, their timed steps
+    started together (a barrier after set-up): jobs sharing one device."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(specs))
+    try:
+        with ProcessPoolExecutor(len(specs), mp_context=ctx, initializer=_join, initargs=(barrier,)) as pool:
+            return [f.result() for f in [pool.submit(measure_train, spec) for spec in specs]]
+    except Exception as err:  # one failed job (out of memory) fails the measurement, not the bench
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return [{"status": f"error: {type(err).__name__}: {msg[:300]}"}] * len(specs)
+
+
 def measure_train(spec: Spec) -> dict[str, Any]:
     """Time `warmup + repeats` training steps of one model (see `Spec`); returns step
     times in ms (median/min/max, wall clock and process CPU), samples/s, peak memory in
@@ -228,6 +249,8 @@ def measure_train(spec: Spec) -> dict[str, Any]:
 
     memory = PeakMemory(device)
     memory.start()
+    if _start_together is not None:  # packing: jobs sharing the device start timing at once
+        _start_together.wait()
     sync()
     start = (time.perf_counter(), time.process_time())
     run.epoch(on_step)

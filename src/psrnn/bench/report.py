@@ -13,12 +13,13 @@ from typing import Any
 from psrnn.bench.speed import VARIANT_LABELS
 from psrnn.errors import UserError
 
-SECTIONS = ("train", "options", "profile", "prepare", "budget", "snakemake")
+SECTIONS = ("train", "options", "packing", "profile", "prepare", "budget", "snakemake")
 SCHEMA = "psrnn-bench/1"
 # what each section adds to the result; train's settings and memory method go with its table
 SECTION_KEYS = {
     "train": ("train", "ratios", "settings", "memory_method"),
     "options": ("options",),
+    "packing": ("packing",),
     "profile": ("profile",),
     "prepare": ("prepare",),
     "budget": ("budget",),
@@ -370,6 +371,40 @@ def to_markdown(result: dict[str, Any]) -> str:
                     "first step s",
                 ],
                 rows,
+            ),
+        ]
+    if result.get("packing"):
+        out += [
+            "",
+            "## Several jobs on one device",
+            "",
+            "Private/shared 50 % training jobs started together (`speed.bench_packing`), each in its "
+            "own process with its own threads; speed-up = all jobs' samples/s over one job's alone.",
+            "",
+            table(
+                [
+                    "shape",
+                    "jobs",
+                    "threads each",
+                    "step ms each",
+                    "samples/s (all)",
+                    "speed-up",
+                    "peak MB each",
+                ],
+                [
+                    [
+                        r["shape"],
+                        r["jobs"],
+                        r["threads"],
+                        _n(r["step_ms"]),
+                        _n(r["samples_per_s"], 0),
+                        "–" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                        _n(r["peak_mem_mb"], 0),
+                    ]
+                    if r["status"] == "ok"
+                    else [r["shape"], r["jobs"], r["threads"], r["status"], "", "", ""]
+                    for r in result["packing"]
+                ],
             ),
         ]
     if result.get("profile"):

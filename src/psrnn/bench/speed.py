@@ -12,13 +12,15 @@ options: bf16 autocast, torch.compile of the decoders, other batch sizes; at one
 from __future__ import annotations
 
 import dataclasses
+import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from psrnn.bench.measure import Shape, Spec, run_measurement
+from psrnn.bench.measure import Shape, Spec, run_measurement, run_together
 
 
 @dataclass(frozen=True)
@@ -187,4 +189,60 @@ def bench_options(
     for batch in s.batches:
         for variant in ("gru", "ps50"):
             measure(variant, "batch", batch, batch=batch)
+    return rows
+
+
+# --- section: packing ----------------------------------------------------------------------
+
+PACKING_JOBS = (1, 2, 4)  # training jobs sharing the device
+PACKING_THREADS = 4  # CPU threads per job (config/paper.yaml resources.train.threads)
+
+
+def bench_packing(
+    shapes: list[Shape],
+    s: Settings,
+    device: torch.device,
+    seq_len: Callable[[Shape], int],
+    log: Callable[[str], None],
+    jobs: tuple[int, ...] = PACKING_JOBS,
+) -> list[dict[str, Any]]:
+    """k private/shared 50 % jobs at once on the device, each with PACKING_THREADS threads
+    (fewer on a small CPU): per-job step time and the throughput of all k over one job's."""
+    threads = max(1, min(PACKING_THREADS, (os.cpu_count() or 1) // max(jobs)))
+    rows = []
+    for shape in shapes:
+        alone = None
+        for k in jobs:
+            spec = make_spec(shape, "ps50", s, device, seq_len(shape), threads=threads)
+            spec = dataclasses.replace(spec, warmup=max(spec.warmup, 5), repeats=max(spec.repeats, 30))
+            res = run_together([dataclasses.replace(spec, seed=i) for i in range(k)])
+            ok = all(r.get("status") == "ok" for r in res)
+            step = statistics.median(r["step_ms"]["median"] for r in res) if ok else None
+            throughput = k * spec.batch / step * 1e3 if ok else None  # sequences/s of all jobs
+            if k == 1:
+                alone = throughput
+            rows.append(
+                {
+                    "shape": shape.dataset,
+                    "variant": "ps50",
+                    "jobs": k,
+                    "threads": threads,
+                    "seq_len": spec.seq_len,
+                    "batch": spec.batch,
+                    "status": "ok" if ok else next(r["status"] for r in res if r.get("status") != "ok"),
+                    "step_ms": step,
+                    "peak_mem_mb": max(r["peak_mem_mb"] for r in res) if ok else None,
+                    "samples_per_s": throughput,
+                    "speedup": throughput / alone if ok and alone else None,
+                }
+            )
+            r = rows[-1]
+            log(
+                f"packing {shape.dataset:8s} {k} job(s) x {threads} threads: "
+                + (
+                    f"{step:.1f} ms/step each, {r['speedup']:.2f}x one job's throughput"
+                    if ok
+                    else r["status"]
+                )
+            )
     return rows
