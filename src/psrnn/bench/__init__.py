@@ -59,6 +59,7 @@ from psrnn.bench.speed import (
     FULL,
     GPU_REPEATS,
     QUICK,
+    VARIANTS,
     Settings,
     bench_options,
     bench_packing,
@@ -87,6 +88,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="suite config for budget and snakemake "
         "(default config/paper.yaml; config/small.yaml with --quick)",
     )
+    p.add_argument(
+        "--seq-len", type=int, help="train/packing/profile: every shape at this many steps (default its own)"
+    )
+    p.add_argument(
+        "--max-tokens", type=int, help="train/packing/profile: the token budget (RunConfig.max_tokens; 0)"
+    )
+    p.add_argument("--variants", help="train: comma-separated models of gru,full,ps50,naive (default all)")
     p.add_argument("--warmup", type=int, help="warm-up steps per measurement")
     p.add_argument("--repeats", type=int, help="timed steps per measurement")
     p.add_argument("--batch", type=int, help=f"train/options batch size (default {FULL.batch})")
@@ -146,7 +154,14 @@ def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
     s = QUICK if args.quick else FULL
     if device.type == "cuda" and not args.quick:
         s = Settings(**{**vars(s), "warmup": GPU_REPEATS[0], "repeats": GPU_REPEATS[1]})
-    given = {"warmup": args.warmup, "repeats": args.repeats, "batch": args.batch, "threads": args.threads}
+    given = {
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "batch": args.batch,
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "variants": tuple(parse_list(args.variants, tuple(VARIANTS), "variant")) if args.variants else None,
+    }
     s = Settings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
     if s.warmup < 1 or s.repeats < 1:
         raise UserError("--warmup and --repeats must be >= 1 (the first step is never timed)")
@@ -202,6 +217,8 @@ def benchmark(
 
     env = bench_environment(device)
     seq_len = (lambda sh: min(QUICK_LEN, sh.seq_len)) if quick else (lambda sh: sh.seq_len)
+    if args.seq_len:
+        seq_len = lambda sh: args.seq_len  # noqa: E731
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "quick": quick,

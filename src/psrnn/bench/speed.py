@@ -39,6 +39,8 @@ class Settings:
     # CPU threads (None: torch's default, all cores). On a CPU shared with other busy
     # processes one thread is far steadier: idle OpenMP threads spin-wait for descheduled ones.
     threads: int | None = None
+    max_tokens: int = 0  # training's token budget (RunConfig.max_tokens)
+    variants: tuple[str, ...] = ("gru", "full", "ps50", "naive")  # train section
 
 
 FULL = Settings()
@@ -76,6 +78,7 @@ def make_spec(
         seed=s.seed,
         threads=s.threads,
         naive=naive,
+        max_tokens=s.max_tokens,
     )
     return dataclasses.replace(spec, **extra)
 
@@ -122,7 +125,7 @@ def bench_train(
     """Every variant at every shape (cut to seq_len(shape) steps): one row each."""
     rows = []
     for shape in shapes:
-        for variant in VARIANTS:
+        for variant in s.variants:
             spec = make_spec(shape, variant, s, device, seq_len(shape))
             res = run_measurement(spec, isolate)
             rows.append(record(variant, spec, res))
