@@ -226,7 +226,8 @@ def test_budget_hours_from_step_times(monkeypatch, tmp_path):
     e = {x["experiment"]: x for x in b["experiments"]}
     epoch_a = 500 * 0.1 + 100 * 0.05  # 50K / 100 steps + 10K / 100 validation batches
     assert e["a"]["epoch_s"] == pytest.approx(epoch_a)
-    assert e["a"]["hours"] == pytest.approx((3 + 2) * 10 * epoch_a / 3600)  # 3 search + 2 seeds
+    # 3 search runs + 1 final: the first seed's final run is its search run (train --reuse)
+    assert e["a"]["hours"] == pytest.approx((3 + 1) * 10 * epoch_a / 3600) and e["a"]["runs"] == 4
     epoch_b = 500 * 0.2 + 100 * 0.05
     assert e["b"]["hours"] == pytest.approx(2 * 20 * epoch_b / 3600)  # no grid: seeds only
     assert b["total_hours"] == pytest.approx(e["a"]["hours"] + e["b"]["hours"])

@@ -129,3 +129,37 @@ def test_threads_flag_sets_torchs_threads_and_rejects_zero(tmp_path, capsys):
     assert main(["train", "--config", str(run_yaml), "--out", str(tmp_path / "r0"), "--threads", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["psrnn train: error: --threads 0: must be at least 1"]
+
+
+def test_a_final_run_that_is_its_search_run_reuses_it_and_another_seed_does_not(tmp_path):
+    """--reuse: the first seed's final run at the selected point is the search run itself."""
+    data = write_text(tmp_path / "data")
+    cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=2)
+    search = training.train(cfg, tmp_path / "search", meta={"point": "p1"}, log=quiet)
+    said, steps = [], []
+    final = training.train(
+        cfg,
+        tmp_path / "final",
+        on_step=lambda *a: steps.append(a),
+        log=said.append,
+        reuse=tmp_path / "search",
+    )
+    assert any(line.startswith(f"reusing {tmp_path / 'search'}: the same run") for line in said)
+    assert steps == []  # nothing trained again
+    assert final["point"] is None and search["point"] == "p1"
+    for key in ("test_acc", "best_valid_acc", "best_epoch", "test_main_loss", "test_aux_loss", "epochs_run"):
+        assert final[key] == search[key]
+    said.clear()
+    other = dataclasses.replace(cfg, seed=1)
+    training.train(
+        other,
+        tmp_path / "seed1",
+        on_step=lambda *a: steps.append(a),
+        log=said.append,
+        reuse=tmp_path / "search",
+    )
+    assert any(
+        line.startswith(f"not reusing {tmp_path / 'search'}: seed (checkpoint 0, requested 1)")
+        for line in said
+    )
+    assert steps  # trained from scratch

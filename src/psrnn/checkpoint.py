@@ -16,7 +16,7 @@ import torch
 from psrnn import __version__
 from psrnn import config as C
 from psrnn.errors import UserError
-from psrnn.files import md5sum, torch_save
+from psrnn.files import md5sum, torch_save, write_bytes
 
 if TYPE_CHECKING:
     from psrnn.models import PSRNN
@@ -128,15 +128,38 @@ def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[st
     ]
 
 
+def checkpoint_differences(ckpt: dict[str, Any], cfg: C.RunConfig, data: str) -> list[str]:
+    """What makes a loaded ckpt_last.pt another run than `cfg` on `data` (empty: the same)."""
+    diff = config_differences(ckpt["config"], cfg.to_dict())
+    saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
+    if saved_data is not None and saved_data != data:
+        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    return diff
+
+
+def adopt(source: Path, out_dir: Path, cfg: C.RunConfig, data: str) -> str:
+    """Copy `source`'s checkpoints into `out_dir` when they are of the same run (settings,
+    seed, data): a final run that is its experiment's search run at the selected point
+    resumes from it instead of training again. Returns what was done, for the log."""
+    last = source / "ckpt_last.pt"
+    if not last.is_file():
+        return f"not reusing {source}: no ckpt_last.pt"
+    diff = checkpoint_differences(torch.load(last, map_location="cpu", weights_only=True), cfg, data)
+    if diff:
+        return f"not reusing {source}: {'; '.join(diff)}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("ckpt_best.pt", "history.csv", "ckpt_last.pt"):  # the one training reads last
+        if (source / name).is_file():
+            write_bytes(out_dir / name, (source / name).read_bytes())
+    return f"reusing {source}: the same run (settings, seed, data), resumed from its checkpoint"
+
+
 def load_last(
     path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators, data: str
 ) -> RunState:
     # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    diff = config_differences(ckpt["config"], cfg.to_dict())
-    saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
-    if saved_data is not None and saved_data != data:
-        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    diff = checkpoint_differences(ckpt, cfg, data)
     if diff:
         raise ConfigChanged(path, diff)
     model.load_state_dict(ckpt["model"])

@@ -58,6 +58,7 @@ from psrnn.checkpoint import (  # noqa: F401 (re-exports)
     ConfigChanged,
     Generators,
     RunState,
+    adopt,
     config_differences,
     data_identity,
     load_last,
@@ -165,6 +166,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "settings (default: that is an error); Snakemake's rules pass it",
     )
     p.add_argument(
+        "--reuse",
+        metavar="RUN_DIR",
+        help="start from RUN_DIR's checkpoint when it is of the same run (settings, seed, "
+        "data): a final run that is its search run at the selected point (Snakemake passes "
+        "it for the first seed); otherwise train as usual",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         help="CPU threads of this run (torch.set_num_threads; default: torch's, all cores); "
@@ -224,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise UserError(f"--threads {args.threads}: must be at least 1")
         torch.set_num_threads(args.threads)
-    metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change)
+    metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change, reuse=args.reuse)
     print(
         f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
         f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}"
@@ -576,6 +584,7 @@ def train(
     log: Callable[[str], None] | None = None,
     restart_on_change: bool = False,
     heartbeat_s: float = HEARTBEAT_S,
+    reuse: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train (or resume, or return) one run; returns its metrics (also in metrics.json).
 
@@ -583,6 +592,8 @@ def train(
     optimizer step (tests use it to interrupt a run). restart_on_change: a checkpoint of
     other settings is set aside (overwritten at the first epoch's end) instead of an error.
     heartbeat_s: seconds between progress lines inside an epoch (none under the bar).
+    reuse: a run directory whose checkpoint this run starts from when it is the same run
+    (checkpoint.adopt), unless this run has a checkpoint of its own.
     """
     out_dir = Path(out_dir)
     log = log or (lambda msg: print(msg, flush=True))
@@ -609,6 +620,8 @@ def train(
     opt, sched = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
     st = None
+    if reuse is not None and not last_path.is_file():
+        log(adopt(Path(reuse), out_dir, cfg, data))
     if last_path.is_file():
         try:
             st = load_last(last_path, cfg, model, opt, sched, gens, data)

@@ -386,10 +386,12 @@ def bench_budget(
             continue
         worst = max(e["epoch_s"])  # final runs: the selected point is not known beforehand
         search_h = sum(e["epoch_s"]) * e["max_epochs"] / 3600 if e["grid_points"] else 0.0
-        final_h = e["seeds"] * worst * e["max_epochs"] / 3600
+        # the first seed's final run is the search run at the selected point (train --reuse)
+        finals = e["seeds"] - 1 if e["grid_points"] else e["seeds"]
+        final_h = finals * worst * e["max_epochs"] / 3600
         e.update(
             epoch_s=worst,
-            runs=e["seeds"] + e["grid_points"],
+            runs=finals + e["grid_points"],
             search_hours=search_h,
             final_hours=final_h,
             hours=search_h + final_h,
@@ -416,8 +418,8 @@ def bench_budget(
             "longest text's batch under the experiment's max_tokens"
             + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
             "every run to its max_epochs cap (early stopping only shortens it); "
-            "search = every grid point once (first seed), final = seeds x the "
-            "slowest grid point; text padded to each batch's longest sequence (batches as "
+            "search = every grid point once (first seed), final = the other seeds x the "
+            "slowest grid point (the first seed's final run reuses its search run); text padded to each batch's longest sequence (batches as "
             "training draws them, bucketed where the config says so: seq_len is the "
             "mean padded length)"
         ),
