@@ -419,7 +419,8 @@ def bench_budget(
             + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
             "every run to its max_epochs cap (early stopping only shortens it); "
             "search = every grid point once (first seed), final = the other seeds x the "
-            "slowest grid point (the first seed's final run reuses its search run); text padded to each batch's longest sequence (batches as "
+            "slowest grid point (the first seed's final run reuses its search run); "
+            "text padded to each batch's longest sequence (batches as "
             "training draws them, bucketed where the config says so: seq_len is the "
             "mean padded length)"
         ),
