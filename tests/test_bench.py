@@ -133,6 +133,31 @@ def test_memory_target_is_the_largest_enabled_peak_on_a_gpu_and_fails_on_a_faile
     assert report.memory_target(cpu)["status"] == "not measured"
 
 
+def test_packed_budget_divides_each_small_experiments_hours_by_its_shapes_measured_speedup():
+    budget_part = {
+        "config": "config/paper.yaml",
+        "experiments": [
+            {"experiment": "m", "dataset": "mnist", "hidden": 128, "hours": 30.0, "enabled": True},
+            {"experiment": "f", "dataset": "fmnist", "hidden": 50, "hours": 10.0, "enabled": True},
+            {"experiment": "c", "dataset": "cifar10", "hidden": 1024, "hours": 20.0, "enabled": True},
+            {"experiment": "d", "dataset": "dbpedia", "hidden": 128, "hours": 90.0, "enabled": False},
+        ],
+    }
+    packing = [
+        {"shape": "mnist", "jobs": 1, "speedup": 1.0, "status": "ok"},
+        {"shape": "mnist", "jobs": 4, "speedup": 2.5, "status": "ok"},
+        {"shape": "cifar10", "jobs": 4, "speedup": 2.0, "status": "ok"},
+        {"shape": "imdb", "jobs": 4, "speedup": 3.0, "status": "ok"},
+    ]
+    result = {**_result("cuda", 1.1, 25.0), "budget": budget_part, "packing": packing}
+    p = report.packed_hours(result)
+    # fmnist takes mnist's speed-up, dbpedia imdb's; the 1024-unit model runs alone
+    assert p["experiments"] == pytest.approx({"m": 12.0, "f": 4.0, "c": 20.0, "d": 30.0})
+    assert (p["jobs"], p["total_hours"], p["disabled_hours"]) == (4, pytest.approx(36.0), pytest.approx(30.0))
+    t = report.budget_target(result)
+    assert (t["status"], t["measured"]) == ("met", pytest.approx(36.0))
+
+
 def test_targets_met_not_met_and_not_measured():
     imdb = {
         "dataset": "imdb",
@@ -152,6 +177,7 @@ def test_targets_met_not_met_and_not_measured():
         "IMDB prepared size on disk": "met",
         "snakemake -n of the paper config": "met",
         "peak GPU memory of every experiment (longest text batch under max_tokens)": "not measured",
+        "GPU hours of config/paper.yaml": "not measured",
     }
     cpu = {x["target"]: x["status"] for x in report.targets(_result("cpu", 1.6, 4.0))}
     assert list(cpu.values())[:3] == ["not met", "not measured", "not met"]
@@ -392,7 +418,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     options = {(o["option"], str(o["value"]), o["variant"]): o["status"] for o in r["options"]}
     assert options[("amp", "bf16", "ps50")] == "ok"  # CPU autocast: the GPU's code path runs here
     assert options[("batch", "8", "ps50")] == "ok"
-    assert len(r["targets"]) == 7 and all(t["status"] == "not measured" for t in r["targets"])
+    assert len(r["targets"]) == 8 and all(t["status"] == "not measured" for t in r["targets"])
     # profile: counted per step on the CPU (no device kernels); the aux models run more ops
     prof = {p["variant"]: p for p in r["profile"]}
     assert list(prof) == ["gru", "full", "ps50"] and all(p["status"] == "ok" for p in prof.values())
