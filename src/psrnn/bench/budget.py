@@ -400,6 +400,9 @@ def bench_budget(
         out.append(e)
     return {
         "experiments": out,
+        # how many training jobs the config runs on one GPU (resources.train.jobs_per_gpu):
+        # the report applies the packing section's speed-up at this many
+        "jobs_per_gpu": int(((suite.get("resources") or {}).get("train") or {}).get("jobs_per_gpu", 1)),
         "total_hours": total["enabled"],
         "disabled_hours": total["disabled"],
         "method": (

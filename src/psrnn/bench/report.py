@@ -164,7 +164,9 @@ def packed_hours(result: dict[str, Any]) -> dict[str, Any] | None:
     ok = [r for r in rows if r.get("status") == "ok" and r.get("speedup")]
     if not b or not ok:
         return None
-    jobs = max(r["jobs"] for r in ok)
+    # the config's jobs per GPU, or the most measured up to it (none set: the most measured)
+    wanted = b.get("jobs_per_gpu") or max(r["jobs"] for r in ok)
+    jobs = max((r["jobs"] for r in ok if r["jobs"] <= wanted), default=1)
     speedup = {r["shape"]: r["speedup"] for r in ok if r["jobs"] == jobs}
     per, total, disabled = {}, 0.0, 0.0
     for e in b["experiments"]:
@@ -177,13 +179,37 @@ def packed_hours(result: dict[str, Any]) -> dict[str, Any] | None:
             total += per[e["experiment"]]
         else:
             disabled += per[e["experiment"]]
+    by_dataset: dict[str, float] = {}
+    for e in b["experiments"]:
+        if e["enabled"] and e["experiment"] in per:
+            by_dataset[e["dataset"]] = by_dataset.get(e["dataset"], 0.0) + per[e["experiment"]]
     return {
         "jobs": jobs,
         "speedup": speedup,
         "experiments": per,
         "total_hours": total,
         "disabled_hours": disabled,
+        "by_dataset": by_dataset,
     }
+
+
+def budget_floor(result: dict[str, Any]) -> str:
+    """Where the packed budget goes: each dataset's hours, the largest first, with its
+    models' sizes and the packing speed-up they got (what a budget over its target is made of)."""
+    packed, b = packed_hours(result), result.get("budget") or {}
+    if packed is None or not packed["by_dataset"]:
+        return ""
+    parts = []
+    for ds, hours in sorted(packed["by_dataset"].items(), key=lambda kv: -kv[1]):
+        hidden = sorted(e["hidden"] for e in b["experiments"] if e["dataset"] == ds and e["enabled"])
+        f = packed["speedup"].get(ds, packed["speedup"].get(PACKING_PROXY.get(ds, ""), 1.0))
+        alone = all(h > PACKED_HIDDEN for h in hidden)
+        parts.append(
+            f"{ds} {hours:.1f} h ({hours / packed['total_hours']:.0%}; hidden {hidden[0]}-{hidden[-1]}"
+            + ("; alone on the GPU" if alone else f"; packed {f:.2f}x")
+            + ")"
+        )
+    return "; ".join(parts)
 
 
 def budget_target(result: dict[str, Any]) -> dict[str, Any]:
@@ -194,9 +220,7 @@ def budget_target(result: dict[str, Any]) -> dict[str, Any]:
     paper = str(b.get("config", "")).endswith("config/paper.yaml") or b.get("config") == "paper.yaml"
     value = packed["total_hours"] if packed and here and paper else None
     if value is not None:
-        note = f"{packed['jobs']} jobs per GPU, measured speed-up " + ", ".join(
-            f"{k} {v:.2f}x" for k, v in sorted(packed["speedup"].items())
-        )
+        note = f"{packed['jobs']} jobs per GPU; by dataset: {budget_floor(result)}"
     elif not here:
         note = "needs the budget and packing sections on a GPU"
     else:
@@ -543,7 +567,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                 else f" **With {packed['jobs']} jobs per GPU: {packed['total_hours']:,.0f} {unit}**"
                 + (f" (+ {packed['disabled_hours']:,.0f} disabled)" if packed["disabled_hours"] else "")
                 + f": each experiment's hours / the measured speed-up of its shape (packing section; "
-                f"models over {PACKED_HIDDEN} units alone)."
+                f"models over {PACKED_HIDDEN} units alone). By dataset: {budget_floor(result)}."
             ),
             "",
             table(
