@@ -42,7 +42,9 @@ DATA = str(C.data_root(CFG))
 # The jobs find the suite config through $PSRNN_CONFIG rather than a param: it says
 # where the settings live, not what they are (the params do), so two configs that
 # define the same runs (paper, paper-dbpedia) share their finished jobs. PYTHONPATH
-# makes the jobs run this checkout's code, also inside the container image. The config's
+# makes the jobs run this checkout's code, also inside the container image.
+# $PSRNN_JOBS_PER_GPU (`resources.train.jobs_per_gpu`) tells training jobs how many share
+# a GPU (psrnn.gpus); not a param, so changing it re-runs nothing. The config's
 # `job_env` (e.g. portable CPU numerics in config/small.yaml) goes to every job.
 shell.prefix(W.shell_prefix(SUITE, workflow.basedir, CFG))
 
@@ -59,11 +61,11 @@ if W.uses_apptainer(workflow):
         workflow.deployment_settings.apptainer_args, CFG)
 
 
-# One training job per GPU of this host (psrnn.gpus gives each job its own device), unless
-# the command line says `--resources gpu=N`; cluster runs (--jobs/executor) leave it to
-# the scheduler.
+# `resources.train.jobs_per_gpu` training jobs per GPU of this host (psrnn.gpus spreads
+# them over the devices; the shell prefix tells the jobs the count), unless the command
+# line says `--resources gpu=N`; cluster runs (--jobs/executor) leave it to the scheduler.
 if workflow.resource_settings.nodes is None and "gpu" not in workflow.resource_settings.resources:
-    workflow.register_resource("gpu", W.local_gpu_slots())
+    workflow.register_resource("gpu", W.local_gpu_slots(CFG))
 
 
 def current_or_plain(path, stamp):
@@ -95,6 +97,12 @@ def train_resources():
     """W.train_resources per job: the runtime (minutes) may differ by dataset."""
     return {name: (lambda w, name=name: W.train_resources(CFG, W.experiment_dataset(CFG, w.experiment))[name])
             for name in W.train_resources(CFG)}
+
+
+# Torch threads of a search/train job (`resources.train.threads`); OMP_NUM_THREADS also
+# bounds the MKL/OpenMP pools that start before torch reads --threads. Snakemake caps
+# threads at --cores; `--set-threads train=N` overrides them.
+TRAIN_THREADS = W.train_threads(CFG)
 
 
 # On a cluster these run where Snakemake runs (the login node): downloads need the
@@ -178,7 +186,7 @@ rule search:
         f"{RESULTS}/logs/search/{{experiment}}/{{point}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/search/{{experiment}}/{{point}}.tsv"
-    threads: 1
+    threads: TRAIN_THREADS
     resources:
         **train_resources(),
     # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
@@ -186,7 +194,7 @@ rule search:
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {params.seed} --point {wildcards.point} "
-        "--out {params.out} --restart-on-change > {log} 2>&1"
+        "--out {params.out} --restart-on-change --threads {threads} > {log} 2>&1"
 
 
 rule select:
@@ -220,7 +228,7 @@ rule train:
         f"{RESULTS}/logs/train/{{experiment}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{experiment}}/seed{{seed}}.tsv"
-    threads: 1
+    threads: TRAIN_THREADS
     resources:
         **train_resources(),
     # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
@@ -228,7 +236,7 @@ rule train:
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
-        "--out {params.out} --restart-on-change > {log} 2>&1"
+        "--out {params.out} --restart-on-change --threads {threads} > {log} 2>&1"
 
 
 rule compile:

@@ -165,6 +165,17 @@ def test_train_resources_are_checked():
     assert "resources.train" in error_of(cfg) and "gpus" in error_of(cfg)
 
 
+@pytest.mark.parametrize("key, what", [("threads", "thread count"), ("jobs_per_gpu", "job count")])
+@pytest.mark.parametrize("value", [0, "x", 2.0])
+def test_train_threads_and_jobs_per_gpu_must_be_positive_integers(key, what, value):
+    cfg = paper_raw()
+    cfg["resources"]["train"][key] = value
+    assert (
+        error_of(cfg)
+        == f"test.yaml: resources.train.{key}: {value!r} is not a {what}: expected an integer >= 1"
+    )
+
+
 # --- extends -------------------------------------------------------------------------------
 
 

@@ -10,17 +10,20 @@ import time
 import pytest
 
 from psrnn import gpus
+from psrnn.errors import UserError
 
 CLAIM = (
     "import sys, time; from pathlib import Path; from psrnn import gpus; "
-    "i = gpus.claim(int(sys.argv[1]), Path(sys.argv[2]), poll_s=0.05); "
+    "i = gpus.claim(int(sys.argv[1]), Path(sys.argv[2]), poll_s=0.05, per_device=int(sys.argv[4])); "
     "print(i, flush=True); time.sleep(float(sys.argv[3]))"
 )
 
 
-def claimer(count: int, locks, hold_s: float) -> subprocess.Popen:
+def claimer(count: int, locks, hold_s: float, per_device: int = 1) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", CLAIM, str(count), str(locks), str(hold_s)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CLAIM, str(count), str(locks), str(hold_s), str(per_device)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -53,6 +56,47 @@ def test_a_claim_is_held_until_released(tmp_path):
     gpus.release()
     assert gpus.claim(2, tmp_path) == 0
     gpus.release()
+
+
+def test_shared_devices_fill_evenly_and_a_job_waits_when_every_slot_is_claimed(tmp_path):
+    """Two slots on each of two devices: jobs spread over the devices before they stack;
+    a fifth waits and takes the slot a killed job leaves."""
+    jobs, placed = [], []
+    for _ in range(4):  # one after the other, so the order is the placement rule's
+        jobs.append(claimer(2, tmp_path, 60, per_device=2))
+        placed.append(int(jobs[-1].stdout.readline()))
+    assert placed == [0, 1, 0, 1]
+    assert sorted(os.listdir(tmp_path)) == ["gpu0.1.lock", "gpu0.lock", "gpu1.1.lock", "gpu1.lock"]
+    fifth = claimer(2, tmp_path, 0, per_device=2)
+    time.sleep(1.0)
+    assert fifth.poll() is None  # every slot is claimed
+    jobs[3].send_signal(signal.SIGKILL)  # held gpu1's second slot
+    jobs[3].wait()
+    assert int(fifth.stdout.readline()) == 1
+    fifth.wait(timeout=30)
+    assert (tmp_path / "gpu1.1.lock").read_text() == f"{fifth.pid}\n"
+    for job in jobs[:3]:
+        job.kill()
+        job.wait()
+
+
+def test_shared_slots_in_one_process_and_one_visible_device_claims_nothing(tmp_path):
+    assert [gpus.claim(2, tmp_path, per_device=3) for _ in range(4)] == [0, 1, 0, 1]
+    gpus.release()
+    assert gpus.claim(1, tmp_path / "one", per_device=4) is None  # nothing to choose
+    assert not (tmp_path / "one").exists()
+
+
+def test_jobs_per_gpu_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(gpus.JOBS_PER_GPU_ENV, raising=False)
+    assert gpus.jobs_per_gpu() == 1  # started by hand: a GPU of its own
+    monkeypatch.setenv(gpus.JOBS_PER_GPU_ENV, "4")
+    assert gpus.jobs_per_gpu() == 4
+    for bad in ("0", "x", "-2", "1.5"):
+        monkeypatch.setenv(gpus.JOBS_PER_GPU_ENV, bad)
+        with pytest.raises(UserError) as err:
+            gpus.jobs_per_gpu()
+        assert str(err.value) == f"PSRNN_JOBS_PER_GPU={bad!r}: expected an integer >= 1"
 
 
 @pytest.mark.parametrize("visible, count", [("0,2", 2), ("3", 1), ("", 0), ("-1", 0)])

@@ -691,6 +691,11 @@ def test_cli_suite_config_default_paths_point_selected_and_set(tmp_path, monkeyp
     )
     m = json.loads((out / "metrics.json").read_text())
     assert m["config"]["hidden"] == 4 and m["params_main"] == 3 * (1 * 4 + 4 * 4 + 2 * 4)
+    # the first seed's final run at the selected point is its search run: reused, not retrained
+    search_dir = tmp_path / "results/tiny/search/tiny_ps/hidden-4"
+    assert "reusing results/tiny/search/tiny_ps/hidden-4: the same run" in capsys.readouterr().out
+    search = json.loads((search_dir / "metrics.json").read_text())
+    assert (m["test_acc"], m["best_epoch"], m["point"]) == (search["test_acc"], search["best_epoch"], None)
 
 
 def test_cli_flat_run_config_and_user_errors(tmp_path, monkeypatch, capsys):

@@ -129,13 +129,24 @@ def test_train_resources_come_from_the_config():
     assert W.train_resources({"name": "x"}) == W.TRAIN_RESOURCES
 
 
+def test_train_threads_and_jobs_per_gpu_come_from_the_config_not_the_resources():
+    paper, small = C.load_suite(PAPER), C.load_suite(SMALL)
+    assert W.train_threads(paper) == 4 and W.jobs_per_gpu(paper) > 1  # shared GPUs
+    assert (W.train_threads(small), W.jobs_per_gpu(small)) == (1, 1)  # the defaults
+    assert W.jobs_per_gpu({"resources": {"train": {"jobs_per_gpu": 3}}}) == 3
+    assert not set(W.TRAIN_SETTINGS) & set(W.train_resources(paper, "mnist"))
+
+
 # --- Snakemake's view ----------------------------------------------------------------------------
 
 
-def snakemake(*args, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Snakemake on the repository's Snakefile from a scratch working directory."""
+def snakemake(
+    *args, cwd: Path, timeout: int = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Snakemake on the repository's Snakefile from a scratch working directory; `env`
+    adds to the environment (e.g. CUDA_VISIBLE_DEVICES for a host's GPU count)."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(cwd), *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -241,13 +252,15 @@ def test_shell_prefix_survives_quotes_and_braces_in_paths(tmp_path):
     prefix = W.shell_prefix(suite, tmp_path / "my checkout", C.load_suite(SMALL))
     formatted = prefix.format()  # what Snakemake's str.format leaves of it
     out = subprocess.run(
-        ["bash", "-c", formatted + 'echo "$PSRNN_CONFIG|$PYTHONPATH|$MKL_CBWR"'],
+        ["bash", "-c", formatted + 'echo "$PSRNN_CONFIG|$PYTHONPATH|$MKL_CBWR|$PSRNN_JOBS_PER_GPU"'],
         capture_output=True,
         text=True,
         env={"PATH": os.environ["PATH"]},
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"{suite.resolve()}|{tmp_path}/my checkout/src|COMPATIBLE"
+    assert out.stdout.strip() == f"{suite.resolve()}|{tmp_path}/my checkout/src|COMPATIBLE|1"
+    paper = C.load_suite(PAPER)
+    assert f"export PSRNN_JOBS_PER_GPU={W.jobs_per_gpu(paper)}; " in W.shell_prefix(suite, tmp_path, paper)
 
 
 def test_training_runtime_may_differ_by_dataset():
@@ -303,11 +316,41 @@ def test_apptainer_args_keep_nv_and_bind_data_linked_out_of_the_checkout(tmp_pat
     assert W.apptainer_args("--nv", cfg) == f"--nv --bind {scratch / 'small'}"
 
 
-def test_local_gpu_slots_are_the_hosts_gpus(monkeypatch):
+def test_local_gpu_slots_are_the_hosts_gpus_times_jobs_per_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    assert W.local_gpu_slots() == 4
+    assert W.local_gpu_slots(C.load_suite(SMALL)) == 4
+    assert W.local_gpu_slots({"resources": {"train": {"jobs_per_gpu": 3}}}) == 12
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert W.local_gpu_slots() == 1  # a CPU host still runs GPU-asking jobs, one at a time
+    assert W.local_gpu_slots(C.load_suite(PAPER)) == 1  # a CPU host still runs GPU-asking jobs, one at a time
+
+
+def train_blocks(out: str) -> list[str]:
+    """The search/train jobs of a dry run's printed plan (profiles' printshellcmds)."""
+    return [b for b in out.split("\nrule ")[1:] if b.split(":", 1)[0] in ("train", "search")]
+
+
+def test_local_run_gives_training_jobs_the_configs_threads_and_shared_gpu_slots(tmp_path):
+    """The paper config on a host with two GPUs: every search/train job has the config's
+    threads (torch's and OpenMP's), and the `gpu` pool is 2 GPUs x jobs_per_gpu;
+    `--set-threads` and `--resources gpu=N` override them."""
+    cfg, two_gpus = C.load_suite(PAPER), {"CUDA_VISIBLE_DEVICES": "0,1"}
+    res = snakemake("-n", "--cores", "8", cwd=tmp_path, env=two_gpus, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    blocks = train_blocks(res.stdout)
+    assert len(blocks) == len(W.final_metrics(cfg)) + 54  # every search and train job
+    threads = W.train_threads(cfg)
+    for block in blocks:
+        assert f"threads: {threads}\n" in block and f"--threads {threads} " in block, block
+        assert f"OMP_NUM_THREADS={threads} python -m psrnn train" in block
+    res = snakemake("-n", "--cores", "8", "--set-threads", "train=2", cwd=tmp_path, env=two_gpus, timeout=300)
+    assert all("--threads 2 " in b for b in train_blocks(res.stdout) if b.startswith("train"))
+    # the pool is printed when jobs start; a --touch run starts one and runs nothing
+    touched = ("--touch", "--cores", "1", W.download_marker(cfg, "mnist"))
+    res = snakemake(*touched, cwd=tmp_path, env=two_gpus)
+    pool = 2 * W.jobs_per_gpu(cfg)
+    assert f'Provided resources: gpu=Resource("gpu", {pool})' in res.stderr, res.stderr[-3000:]
+    res = snakemake(*touched, "--resources", "gpu=3", cwd=tmp_path, env=two_gpus)
+    assert 'Provided resources: gpu=Resource("gpu", 3)' in res.stderr, res.stderr[-3000:]
 
 
 def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
@@ -328,9 +371,11 @@ def test_committed_params_yaml_is_the_small_config_resolved():
 
 def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(tmp_path):
     """The SLURM profile plans the paper config without edits (no partition placeholders),
-    each training job asks for its dataset's runtime, and search/train are re-submitted
-    (resuming their checkpoint) when killed at the walltime."""
-    res = snakemake("-n", "--workflow-profile", str(ROOT / "profiles" / "slurm"), cwd=tmp_path, timeout=300)
+    each training job asks for its dataset's runtime and one CPU per torch thread, and
+    search/train are re-submitted (resuming their checkpoint) when killed at the walltime.
+    (`--cores 8`: a dry run's default of 1 core would cap the threads.)"""
+    profile = ("--workflow-profile", str(ROOT / "profiles" / "slurm"))
+    res = snakemake("-n", "--cores", "8", *profile, cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     cfg = C.load_suite(PAPER)
     seen = {}
@@ -341,10 +386,15 @@ def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(t
             runtime = int(re.search(r"runtime=(\d+)", block)[1])
             dataset = W.experiment_dataset(cfg, exp[1])
             assert runtime == W.train_resources(cfg, dataset)["runtime"], (exp[1], runtime)
-            assert re.search(r"\bgpu=1\b", block) and "cpus_per_task=4" in block
+            threads = W.train_threads(cfg)
+            assert re.search(r"\bgpu=1\b", block) and f"cpus_per_task={threads}" in block
+            assert f"threads: {threads}\n" in block and f"--threads {threads} " in block
             seen[dataset] = runtime
     assert seen == {"mnist": 120, "fmnist": 60, "cifar10": 240, "imdb": 60}  # DBpedia is off
     assert "slurm_partition" not in res.stdout + res.stderr
+    res = snakemake("-n", "--cores", "8", *profile, "--set-threads", "train=2", cwd=tmp_path, timeout=300)
+    trains = [b for b in train_blocks(res.stdout) if b.startswith("train")]
+    assert trains and all("cpus_per_task=2" in b and "--threads 2 " in b for b in trains)
     compiled = snakemake("--print-compilation", cwd=tmp_path).stdout
     retried = [
         rule.split("'")[1]

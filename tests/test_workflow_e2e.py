@@ -114,7 +114,7 @@ def test_the_whole_small_dag_runs_and_matches_the_expected_metrics(workdir):
 
 
 def test_a_local_run_offers_one_gpu_slot_per_gpu_of_the_host(workdir):
-    """One training job per GPU runs at once: the `gpu` resource is the host's count."""
+    """The `gpu` resource is the host's GPU count times jobs_per_gpu (1 in the small config)."""
     assert 'Provided resources: gpu=Resource("gpu", 2)' in (workdir / "first-run.log").read_text()
 
 

@@ -169,8 +169,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--reuse",
         metavar="RUN_DIR",
         help="start from RUN_DIR's checkpoint when it is of the same run (settings, seed, "
-        "data): a final run that is its search run at the selected point (Snakemake passes "
-        "it for the first seed); otherwise train as usual",
+        "data); otherwise train as usual. Default with --selected and the suite's first seed: "
+        "the search run of the selected point, which is that run",
     )
     p.add_argument(
         "--threads",
@@ -205,6 +205,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
     if args.point and args.selected:
         raise UserError("--point (a search run) and --selected (a final run) exclude each other")
     selected = None
+    seed = suite["seeds"][0] if args.seed is None else args.seed
     if args.selected:
         sel = read_json(args.selected)
         if sel.get("experiment", args.experiment) != args.experiment:
@@ -212,7 +213,9 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
                 f"{args.selected} belongs to experiment {sel['experiment']!r}, not {args.experiment!r}"
             )
         selected = sel["overrides"]
-    seed = suite["seeds"][0] if args.seed is None else args.seed
+        if seed == suite["seeds"][0] and sel.get("point") and args.reuse is None:
+            # the search trained the selected point with this seed: the same run (adopt checks)
+            args.reuse = str(C.search_dir(suite, args.experiment, sel["point"]))
     cfg = C.resolve_run(
         suite, args.experiment, seed, point=args.point, selected=selected, overrides=overrides
     )
@@ -251,7 +254,7 @@ def pick_device(name: str, log: Callable[[str], None] = print) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device={name!r} but CUDA is not available (use device=auto or cpu)")
     if name == "cuda":
-        index = gpus.claim(torch.cuda.device_count(), log=log)
+        index = gpus.claim(torch.cuda.device_count(), log=log, per_device=gpus.jobs_per_gpu())
         if index is not None:
             torch.cuda.set_device(index)
             return torch.device("cuda", index)

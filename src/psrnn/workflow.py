@@ -26,11 +26,16 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn.datasets import REGISTRY
+from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 
 SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
 # Scheduler hints of one training job unless the suite config's `resources.train` says
 # otherwise: one GPU, host memory for the prepared split tensors, minutes of wall time.
 TRAIN_RESOURCES = {"gpu": 1, "mem_mb": 16000, "runtime": 24 * 60}
+# Keys of `resources.train` that are not Snakemake resources, and their defaults: the
+# rule's `threads` (torch threads per job), and how many training jobs share one GPU of
+# a local run (the `gpu` pool is the host's GPUs times this; psrnn.gpus places them).
+TRAIN_SETTINGS = {"threads": 1, "jobs_per_gpu": 1}
 # Re-submissions of a failed training job: one killed at its walltime (SLURM) or by a
 # crash resumes from ckpt_last.pt, so each attempt continues the run.
 TRAIN_RETRIES = 2
@@ -296,21 +301,36 @@ def is_current(path: str | Path, stamp: dict[str, str]) -> bool:
 
 def train_resources(cfg: dict[str, Any], dataset: str | None = None) -> dict[str, Any]:
     """Snakemake resources of a training job on `dataset`: TRAIN_RESOURCES, then the
-    config's `resources.train`, whose `runtime` (minutes) may be one number or a mapping
-    dataset -> minutes (`default:` for the rest)."""
-    res = {**TRAIN_RESOURCES, **((cfg.get("resources") or {}).get("train") or {})}
+    config's `resources.train` (less TRAIN_SETTINGS), whose `runtime` (minutes) may be one
+    number or a mapping dataset -> minutes (`default:` for the rest)."""
+    res = {k: v for k, v in {**TRAIN_RESOURCES, **_train_config(cfg)}.items() if k not in TRAIN_SETTINGS}
     if isinstance(res["runtime"], dict):
         per = res["runtime"]
         res["runtime"] = per.get(dataset, per.get("default", TRAIN_RESOURCES["runtime"]))
     return res
 
 
-def local_gpu_slots() -> int:
-    """The `gpu` resource of a local run: this host's GPUs (psrnn.gpus gives each training
-    job its own), at least 1 so that GPU-asking jobs also run, one at a time, on a CPU host."""
-    from psrnn.gpus import host_gpus
+def train_threads(cfg: dict[str, Any]) -> int:
+    """The `threads` of a search/train job: `resources.train.threads` (default 1). Snakemake
+    caps it at --cores; `--set-threads train=N` overrides it."""
+    return _train_config(cfg).get("threads", TRAIN_SETTINGS["threads"])
 
-    return max(1, host_gpus())
+
+def jobs_per_gpu(cfg: dict[str, Any]) -> int:
+    """Training jobs that share one GPU of a local run: `resources.train.jobs_per_gpu`
+    (default 1)."""
+    return _train_config(cfg).get("jobs_per_gpu", TRAIN_SETTINGS["jobs_per_gpu"])
+
+
+def _train_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    return (cfg.get("resources") or {}).get("train") or {}
+
+
+def local_gpu_slots(cfg: dict[str, Any]) -> int:
+    """The `gpu` resource of a local run: this host's GPUs times `jobs_per_gpu` (psrnn.gpus
+    spreads the jobs over the devices), at least 1 so that GPU-asking jobs also run, one
+    at a time, on a CPU host."""
+    return max(1, host_gpus() * jobs_per_gpu(cfg))
 
 
 # --- containers (--use-singularity) ------------------------------------------------------------
@@ -358,12 +378,17 @@ def apptainer_args(args: str, cfg: dict[str, Any]) -> str:
 
 def shell_prefix(suite: str | Path, basedir: str | Path, cfg: dict[str, Any]) -> str:
     """The Snakefile's shell.prefix: strict bash, the suite config ($PSRNN_CONFIG), this
-    checkout's src/ first on PYTHONPATH, the config's job_env. Paths are shell-quoted (a
-    config path may hold an apostrophe) and braces doubled (Snakemake formats the prefix)."""
+    checkout's src/ first on PYTHONPATH, the GPU slots per device (psrnn.gpus), the
+    config's job_env. Paths are shell-quoted (a config path may hold an apostrophe) and
+    braces doubled (Snakemake formats the prefix).
+
+    The slots go here rather than into a param: Snakemake re-runs a job whose params
+    changed, and how jobs share a GPU does not change what they compute."""
     prefix = (
         f"set -euo pipefail; export PSRNN_CONFIG={shlex.quote(shown(suite))}; "
         f"export PYTHONPATH={shlex.quote(str(Path(basedir) / 'src'))}"
-        "${PYTHONPATH:+:$PYTHONPATH}; " + job_env(cfg)
+        "${PYTHONPATH:+:$PYTHONPATH}; "
+        f"export {JOBS_PER_GPU_ENV}={jobs_per_gpu(cfg)}; " + job_env(cfg)
     )
     return prefix.replace("{", "{{").replace("}", "}}")
 
