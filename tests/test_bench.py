@@ -545,3 +545,14 @@ def test_jobs_run_together_start_their_timed_steps_at_once():
     spec = speed.make_spec(measure.SHAPES["mnist"], "gru", speed.QUICK, torch.device("cpu"), 16)
     a, b = measure.run_together([spec, dataclasses.replace(spec, seed=1)])
     assert a["status"] == b["status"] == "ok" and a["params"] == b["params"]
+
+
+def test_aux_target_names_the_device_busy_floor_from_the_profile():
+    result = _result("cuda", 2.0, 25.0)
+    result["profile"] = [
+        {"shape": "mnist", "variant": v, "status": "ok", "per_step": {"device_busy_ms": ms}}
+        for v, ms in (("gru", 6.4), ("ps50", 12.2))
+    ]
+    t = report.targets(result)[0]
+    assert t["status"] == "not met"
+    assert t["note"] == "device busy time 12.2 / 6.4 ms = 1.91x (profile: the floor)"
