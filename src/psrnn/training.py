@@ -384,7 +384,10 @@ def train_epoch(
         anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
         loss = torch.zeros((), device=device)
         for piece in micro_batches(lengths, cfg.max_tokens):
-            ce, aux_mean, correct = piece_loss(model, split, batch, piece, anchors, device)
+            logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
+            ce = F.cross_entropy(logits, y)
+            aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
+            correct = (logits.argmax(-1) == y).sum()
             # each piece's mean losses weighted by its share: the batch mean, as one piece
             share = len(piece) / len(batch)
             piece_total = ce + cfg.aux_weight * aux_mean
@@ -432,20 +435,6 @@ def piece_forward(
     x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
     logits, aux = model(x, lengths, anchors)
     return logits, aux, y
-
-
-def piece_loss(
-    model: PSRNN,
-    split: SequenceSplit,
-    batch: torch.Tensor,
-    piece: torch.Tensor,
-    anchors: torch.Tensor | None,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean CE, mean aux loss, correct count) of one piece of a training batch."""
-    logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
-    aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
-    return F.cross_entropy(logits, y), aux_mean, (logits.argmax(-1) == y).sum()
 
 
 def to_device(device: torch.device, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
