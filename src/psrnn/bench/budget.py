@@ -225,6 +225,16 @@ def extrapolate(points: list[tuple[int, float]], seq_len: int) -> float:
     return s2 + slope * (seq_len - t2)
 
 
+def larger_peak(a: float | str | None, b: float | str | None) -> float | str | None:
+    """The larger of two peaks in MiB; a failed measurement (its status string) wins, so it
+    stays visible; None is not measured."""
+    failed = [v for v in (a, b) if isinstance(v, str)]
+    if failed:
+        return failed[0]
+    measured = [v for v in (a, b) if v is not None]
+    return max(measured) if measured else None
+
+
 def row_spec(
     row: dict[str, Any],
     shape: Shape,
@@ -363,10 +373,7 @@ def bench_budget(
             },
         )
         for k in ("peak_mb", "longest_batch_peak_mb"):  # the largest over the grid points
-            if isinstance(m[k], str) or (isinstance(m[k], float) and not isinstance(e[k], (str, float))):
-                e[k] = m[k]  # a failed measurement (its status) stays
-            elif isinstance(m[k], float) and isinstance(e[k], float):
-                e[k] = max(e[k], m[k])
+            e[k] = larger_peak(e[k], m[k])
         if m["status"] != "ok":
             e["status"] = m["status"]
             continue

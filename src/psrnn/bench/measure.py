@@ -228,8 +228,7 @@ def run_together(specs: list[Spec]) -> list[dict[str, Any]]:
         with ProcessPoolExecutor(len(specs), mp_context=ctx, initializer=_join, initargs=(barrier,)) as pool:
             return [f.result() for f in [pool.submit(measure_train, spec) for spec in specs]]
     except Exception as err:  # one failed job (out of memory) fails the measurement, not the bench
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return [{"status": f"error: {type(err).__name__}: {msg[:300]}"}] * len(specs)
+        return [{"status": error_status(err)}] * len(specs)
 
 
 def measure_train(spec: Spec) -> dict[str, Any]:
@@ -293,5 +292,10 @@ def run_measurement(
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             return pool.submit(measure, spec).result()
     except Exception as err:  # a failed option (e.g. no compiler) must not stop the benchmark
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return {"status": f"error: {type(err).__name__}: {msg[:300]}"}
+        return {"status": error_status(err)}
+
+
+def error_status(err: BaseException) -> str:
+    """A failed measurement's status: "error: <type>: <the message's first line>"."""
+    msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"error: {type(err).__name__}: {msg[:300]}"
