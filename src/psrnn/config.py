@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from psrnn import studies
 from psrnn.datasets import REGISTRY
 from psrnn.errors import UserError
 
@@ -115,22 +116,27 @@ class RunConfig:
 RUN_FIELDS = {f.name: f for f in fields(RunConfig)}
 # Keys an experiment may carry besides RunConfig fields.
 EXPERIMENT_META = ("ref", "grid", "note", "figure")
+# A grid key whose items are sets of settings that vary together (grid_points)
+TIED = "tied"
 
 
-def coerce_run(values: dict[str, Any]) -> RunConfig:
-    """RunConfig from a plain dict (lists become tuples); unknown keys are an error."""
-    unknown = sorted(set(values) - set(RUN_FIELDS))
+def coerce_run(values: dict[str, Any], study: str = studies.DEFAULT) -> Any:
+    """The study's run settings (RunConfig for the first study) from a plain dict (lists
+    become tuples); unknown keys are an error."""
+    spec = studies.STUDIES[study]
+    cls = studies.load(spec.run_config)
+    unknown = sorted(set(values) - {f.name for f in fields(cls)})
     if unknown:
         raise ConfigError(f"unknown run setting(s): {', '.join(unknown)}")
     # types and ranges first, by the schema the suite configs are checked against, so
     # that `--set hidden=abc` is named here rather than failing a comparison below
     plain = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-    _raise_first_error(_validator("run"), {k: v for k, v in plain.items() if k != "seed"})
+    _raise_first_error(_validator("run", study), {k: v for k, v in plain.items() if k != "seed"})
     if "seed" in plain:
-        _raise_first_error(_validator("seed"), plain["seed"], root="seed")
+        _raise_first_error(_validator("seed", study), plain["seed"], root="seed")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    cfg = RunConfig(**kw)
-    check_run(cfg)
+    cfg = cls(**kw)
+    studies.load(spec.check)(cfg)
     return cfg
 
 
@@ -297,7 +303,10 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
 
     Raises ConfigError naming the offending key (e.g. `experiments.mnist_ps.shared`).
     """
-    _raise_first_error(_validator(), cfg, source=source)
+    study = cfg.get("study", studies.DEFAULT) if isinstance(cfg, dict) else studies.DEFAULT
+    if study not in studies.STUDIES:
+        raise ConfigError(f"{source}: study: {study!r} is not a study; known: {', '.join(studies.STUDIES)}")
+    _raise_first_error(_validator(None, study), cfg, source=source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
             raise ConfigError(
@@ -310,34 +319,48 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
                 if k not in EXPERIMENT_META
             }
             try:
-                run = coerce_run(values)
+                run = coerce_run(values, study)
             except (ConfigError, TypeError) as err:
                 raise ConfigError(f"{source}: experiments.{name}: {err}") from None
-            check_window(cfg, name, run, source)
+            if isinstance(run, RunConfig):
+                check_window(cfg, name, run, source)
     return cfg
 
 
-def suite_schema() -> dict[str, Any]:
-    """config/schema.yaml, with `#/$defs/grid` given one property per run setting: a list
+def suite_schema(study: str = studies.DEFAULT) -> dict[str, Any]:
+    """config/schema.yaml, with the study's overlay (its run settings, datasets) replacing
+    the same-named entries, and `#/$defs/grid` given one property per run setting: a list
     whose items are checked as that setting is (so a wrong grid value is named before
     any grid point is built)."""
     schema = load_yaml(SCHEMA_PATH)
+    overlay = studies.STUDIES[study].schema
+    if overlay:
+        extra = load_yaml(ROOT / overlay)
+        schema["properties"].update(extra.get("properties", {}))
+        schema["$defs"].update(extra.get("$defs", {}))
     defs = schema["$defs"]
     defs["grid"]["properties"] = {
         key: {"type": "array", "minItems": 1, "items": {"$ref": f"#/$defs/run/properties/{key}"}}
         for key in defs["run"]["properties"]
         if key not in EXPERIMENT_META
     }
+    defs["grid"]["properties"][TIED] = {
+        "description": "settings that vary together: each item (some run settings) is one "
+        "choice, crossed with the other keys' values (e.g. attention shapes of a table)",
+        "type": "array",
+        "minItems": 1,
+        "items": {"$ref": "#/$defs/run", "minProperties": 1},
+    }
     return schema
 
 
 @functools.cache
-def _validator(definition: str | None = None) -> Any:
-    """A JSON Schema validator of a whole suite config, or of one of its `$defs` (run,
-    seed). "integer" is strict: 64.0 (or 1e2) is not an integer, as Python sees it."""
+def _validator(definition: str | None = None, study: str = studies.DEFAULT) -> Any:
+    """A JSON Schema validator of a whole suite config of `study`, or of one of its `$defs`
+    (run, seed). "integer" is strict: 64.0 (or 1e2) is not an integer, as Python sees it."""
     import jsonschema
 
-    schema = suite_schema()
+    schema = suite_schema(study)
     if definition is not None:
         schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     base = jsonschema.Draft202012Validator
@@ -405,17 +428,20 @@ def enabled_experiments(cfg: dict[str, Any]) -> list[str]:
 def grid_points(exp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """[(point_id, overrides)] for an experiment's grid; [("default", {})] without one.
 
-    Point ids are stable and filesystem-safe: keys sorted, e.g. `hidden-64_lr-0.1`.
+    The grid is the product of its keys' value lists, each crossed with every item of
+    `tied` (settings that vary together) when it has one. Point ids are stable and
+    filesystem-safe: keys sorted, e.g. `hidden-64_lr-0.1`.
     """
     grid = exp.get("grid") or {}
     if not grid:
         return [("default", {})]
-    keys = sorted(grid)
+    keys = sorted(k for k in grid if k != TIED)
     points = []
     for combo in itertools.product(*(grid[k] for k in keys)):
-        values = dict(zip(keys, combo))
-        pid = "_".join(f"{k}-{_slug(v)}" for k, v in values.items())
-        points.append((pid, values))
+        for tied in grid.get(TIED) or [{}]:
+            values = {**dict(zip(keys, combo)), **tied}
+            pid = "_".join(f"{k}-{_slug(values[k])}" for k in sorted(values))
+            points.append((pid, values))
     return points
 
 
@@ -474,8 +500,10 @@ def resolve_run(
     values.update(selected or {})
     values.update(overrides or {})
     values["seed"] = seed
-    values.setdefault("data_dir", str(data_root(cfg) / "prepared" / exp["dataset"]))
-    return coerce_run(values)
+    study = studies.study_of(cfg)
+    if study.data_jobs:
+        values.setdefault("data_dir", str(data_root(cfg) / "prepared" / exp["dataset"]))
+    return coerce_run(values, study.name)
 
 
 def has_grid(cfg: dict[str, Any], experiment: str) -> bool:

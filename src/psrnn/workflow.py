@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn import studies
 from psrnn.datasets import REGISTRY
 from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 
@@ -154,6 +155,11 @@ def report_item(path: str) -> tuple[str, dict[str, str]] | None:
     return category, {"file": p.name, "shows": shows[stem]}
 
 
+def reference_file(cfg: dict[str, Any]) -> str:
+    """The study's reference numbers (compile reads them)."""
+    return str(C.ROOT / studies.study_of(cfg).reference)
+
+
 def compile_report(cfg: dict[str, Any]) -> str:
     return f"{C.results_root(cfg)}/REPORT.md"
 
@@ -185,21 +191,28 @@ def targets(cfg: dict[str, Any]) -> list[str]:
     metrics.json is deleted. Data files are deliberately not targets: deleting the
     prepared data once training is done frees disk space and re-runs nothing.
     """
-    return [*run_targets(cfg), *compile_outputs(cfg), paper_status(cfg)]
+    paper = [paper_status(cfg)] if studies.study_of(cfg).paper else []
+    return [*run_targets(cfg), *compile_outputs(cfg), *paper]
 
 
 def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
     """Every file a job of the DAG declares, upstream first (tests compare this with
     Snakemake's own view and with dvc.yaml)."""
     files = list(fixture_files(cfg))
-    for ds in C.enabled_datasets(cfg):
+    for ds in data_job_datasets(cfg):
         files += [download_marker(cfg, ds), *prepared_files(cfg, ds)]
     return files + targets(cfg)
 
 
+def data_job_datasets(cfg: dict[str, Any]) -> list[str]:
+    """The enabled datasets that download and prepare jobs make (none for a study whose
+    runs generate their data, psrnn.studies)."""
+    return C.enabled_datasets(cfg) if studies.study_of(cfg).data_jobs else []
+
+
 def manifests(cfg: dict[str, Any]) -> list[str]:
     """The prepared datasets' manifests (compile's Table 1 reads them)."""
-    return [manifest(cfg, ds) for ds in C.enabled_datasets(cfg)]
+    return [manifest(cfg, ds) for ds in data_job_datasets(cfg)]
 
 
 # --- job inputs and parameters -------------------------------------------------------------
@@ -221,8 +234,10 @@ def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
     The split tensors are inputs beside the manifest so that a deleted or lost one is
     prepared again instead of failing the run."""
     dataset = experiment_dataset(cfg, experiment)
-    inputs = {"data": manifest(cfg, dataset)}
-    inputs.update({Path(f).stem: f for f in prepared_files(cfg, dataset) if f.endswith(".pt")})
+    inputs = {}
+    if studies.study_of(cfg).data_jobs:
+        inputs["data"] = manifest(cfg, dataset)
+        inputs.update({Path(f).stem: f for f in prepared_files(cfg, dataset) if f.endswith(".pt")})
     if C.has_grid(cfg, experiment):
         inputs["selected"] = selection(cfg, experiment)
     return inputs
@@ -281,7 +296,9 @@ def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
 
 def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, str]]:
     """The stamp each of train_inputs' files carries while it matches the config."""
-    stamps = {"data": dataset_stamp(cfg, experiment_dataset(cfg, experiment))}
+    stamps = {}
+    if studies.study_of(cfg).data_jobs:
+        stamps["data"] = dataset_stamp(cfg, experiment_dataset(cfg, experiment))
     if C.has_grid(cfg, experiment):
         stamps["selected"] = selection_stamp(cfg, experiment)
     return stamps

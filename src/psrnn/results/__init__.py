@@ -14,6 +14,8 @@ hidden_states.npz, grad_norms.npz), `data/<name>/prepared/<dataset>/manifest.jso
     (paper/paper.pdf and paper/build.json come from `python -m psrnn paper`, psrnn.results.paper)
 
 Same inputs give byte-identical outputs; unfinished runs are shown as missing ("—").
+Another study's config (`study:`, psrnn.studies) is compiled by that study's results module,
+e.g. psrnn.relreg.results (Table 4.5 and Figures 4.1-4.4), which reuses these modules.
 Modules: compile (the command), collect (reading), stats, tables, figures, report, paper.
 This file holds what the workflow needs without them: the output names and figure titles.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn import studies
 
 TABLES = ("table1", "table2", "table3", "table4")
 TABLE_FORMATS = ("csv", "md", "tex")
@@ -39,6 +42,9 @@ FIGURE_TITLES = {  # the figures' titles, also their captions in REPORT.md and -
 
 def output_paths(cfg: dict[str, Any]) -> list[Path]:
     """Every file `compile` writes for a validated suite config (for workflow rules)."""
+    study = studies.study_of(cfg)
+    if study.name != studies.DEFAULT:  # another study's results module lists its own
+        return studies.load(f"{study.results}:output_paths")(cfg)
     root = C.results_root(cfg)
     stems = [
         "fig1_gradient_norms",

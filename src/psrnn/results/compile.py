@@ -9,12 +9,15 @@ import argparse
 from pathlib import Path
 
 from psrnn import config as C
+from psrnn import studies
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="suite config (YAML)")
     p.add_argument(
-        "--reference", default=None, help="reference numbers (default: config/reference.yaml of the project)"
+        "--reference",
+        default=None,
+        help="reference numbers (default: the study's: config/reference.yaml, config/relreg-reference.yaml)",
     )
 
 
@@ -44,11 +47,20 @@ def compile_all(s, results_dir: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.config)
+    study = studies.study_of(cfg)
+    if study.name != studies.DEFAULT:  # another study compiles its own tables and figures
+        results_dir = C.results_root(cfg)
+        written = studies.load(f"{study.results}:compile")(
+            cfg, results_dir, args.reference or C.ROOT / study.reference
+        )
+        print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
+        return 0
+
     from psrnn.results.collect import REFERENCE_PATH, gather, load_reference
     from psrnn.results.fmt import SMALL_LABEL
     from psrnn.results.report import all_runs
 
-    cfg = C.load_suite(args.config)
     reference = load_reference(args.reference or REFERENCE_PATH)
     results_dir = C.results_root(cfg)
     s = gather(cfg, reference, results_dir, C.data_root(cfg))

@@ -1,0 +1,243 @@
+"""Figures 4.1-4.4 of the relation-level regularization study, each as PDF, PNG and SVG.
+
+    python -m psrnn compile --config config/relreg.yaml   # -> results/<name>/figures/fig4*
+
+fig41_lstm_vs_proto    sequence accuracy against bits, one line per grid point: LSTM | proto (L2)
+fig42_regularizers     the same for the proto-LSTMs with each regularization (2 x 2 panels)
+fig43_loading_steps    loading probability per step and cell, two 9-bit examples (heat maps)
+fig44_loading_epochs   histogram of the loading probabilities per epoch (heat map and ridges)
+
+Which reference rows each figure shows is config/relreg-reference.yaml's `figure_panels`.
+Saved with psrnn.results.figures.save under its STYLE, so the same runs give the same bytes;
+missing runs give a panel note or a placeholder figure that says what is missing.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from psrnn import config as C  # noqa: E402
+from psrnn.relreg.results import FIGURE_TITLES, REGULARIZERS, RelRegSuite, bit_counts, reference_rows  # noqa: E402
+from psrnn.results.collect import Run, load_npz  # noqa: E402
+from psrnn.results.figures import STYLE, _placeholder, save  # noqa: E402
+from psrnn.results.figures import _figure as _titled  # noqa: E402
+
+
+def _figure(s: RelRegSuite, title: str, w: float, h: float) -> Figure:
+    """The first study's figure frame (title and config line), the title wrapped to the width."""
+    return _titled(s, "\n".join(textwrap.fill(line, int(13 * w)) for line in title.split("\n")), w, h)
+
+
+def _ref(s: RelRegSuite, ref_id: str) -> dict[str, Any]:
+    return reference_rows(s.reference).get(ref_id, {"id": ref_id, "model": ref_id})
+
+
+def _note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8, wrap=True)
+
+
+# --- Figures 4.1 and 4.2: sweeps ------------------------------------------------------------------
+
+
+def color_key(grid: dict[str, Any] | None) -> str | None:
+    """The grid setting the lines are coloured by: the first regularizer it sweeps, else its
+    first swept setting (None: nothing swept)."""
+    swept = [k for k, v in sorted((grid or {}).items()) if k != C.TIED and len(set(map(str, v))) > 1]
+    return next((k for k in REGULARIZERS if k in swept), swept[0] if swept else None)
+
+
+def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
+    """Test sequence accuracy (%) against the number of bits: one thin line per finished
+    search run (the selected point thick), the thesis' Table 4.5 row dashed."""
+    ref = _ref(s, ref_id)
+    ax.set_title(ref["model"], fontsize=8)
+    ax.set_xticks(bits)
+    ax.set_xlabel("number of bits")
+    ax.set_xlim(min(bits) - 0.5, max(bits) + 0.5)
+    ax.set_ylim(-3, 103)
+    if ref.get("acc"):
+        px = sorted(ref["acc"])
+        ax.plot(
+            px, [100 * ref["acc"][k] for k in px], "ks--", mfc="none", lw=0.9, ms=4, label="thesis", zorder=3
+        )
+    exps = s.experiments_for(ref_id)
+    if not exps:
+        _note(ax, f"{ref_id}: no experiment in this config")
+        return
+    exp = exps[0]
+    grid = s.cfg["experiments"][exp].get("grid")
+    lines = s.points.get(exp) or []
+    what = f"{exp}: {_plural(len(lines), 'grid point')}"
+    if not lines:  # no search: the final runs, one line per seed
+        lines = [(f"seed {r.seed}", r.metrics) for r in s.runs.get(exp, [])]
+        what = f"{exp}: {_plural(len(lines), 'final run')} (no search runs)"
+    ax.set_title(f"{ref['model']}\n{what}", fontsize=8)
+    if not lines:
+        _note(ax, f"{exp}: no finished run")
+        return
+    key = color_key(grid)
+    overrides = dict(C.grid_points(s.cfg["experiments"][exp]))
+    levels = sorted({overrides[p][key] for p, _ in lines if p in overrides}) if key else []
+    cmap = matplotlib.colormaps["viridis"]
+    labelled = set()
+    for point, m in lines:
+        xs = [k for k in bits if str(k) in m.get("test", {})]
+        ys = [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
+        value = overrides.get(point, {}).get(key) if key else None
+        color = cmap(levels.index(value) / max(len(levels) - 1, 1)) if value in levels else "C0"
+        label = f"{key} = {value:g}" if value in levels and value not in labelled else None
+        labelled.add(value)
+        ax.plot(xs, ys, "-", color=color, lw=0.7, alpha=0.75, label=label)
+        if s.selected.get(exp) == point:
+            ax.plot(xs, ys, "-", color="C3", lw=2.0, label=f"selected: {point}", zorder=4)
+    ax.legend(fontsize=6, loc="lower left")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def sweeps(s: RelRegSuite, stem: str, rows: int, cols: int) -> Figure:
+    panels = s.reference.get("figure_panels", {}).get(stem.split("_")[0], [])
+    fig = _figure(s, FIGURE_TITLES[stem], 3.4 * cols + 0.4, 2.9 * rows + 0.9)
+    if not any(s.experiments_for(p) for p in panels):
+        return _placeholder(fig, f"none of {', '.join(panels) or 'its rows'} is an experiment of this config")
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
+    bits = bit_counts(s)
+    for ax, ref_id in zip(axes, panels):
+        sweep_panel(ax, s, ref_id, bits)
+    for ax in axes[::cols]:
+        ax.set_ylabel("test sequence accuracy (%)")
+    return fig
+
+
+# --- Figures 4.3 and 4.4: loading probabilities ------------------------------------------------
+
+
+def loading_run(s: RelRegSuite, stem: str) -> Run | None:
+    """The run shown: the first seed with a loading.npz of the figure's reference rows, else
+    of any other proto experiment (config order)."""
+    preferred = [
+        e
+        for ref in s.reference.get("figure_panels", {}).get(stem.split("_")[0], [])
+        for e in s.experiments_for(ref)
+    ]
+    protos = [e for e in s.experiments if s.settings[e].get("model") == "proto"]
+    for exp in dict.fromkeys(preferred + protos):
+        for run in s.runs.get(exp, []):
+            if (run.dir / "loading.npz").is_file():
+                return run
+    return None
+
+
+def fig43_loading_steps(s: RelRegSuite) -> Figure:
+    stem = "fig43_loading_steps"
+    run = loading_run(s, stem)
+    if run is None:
+        return _placeholder(
+            _figure(s, FIGURE_TITLES[stem], 6.4, 2.5), "no finished proto run with loading.npz"
+        )
+    z = load_npz(run.dir / "loading.npz")
+    steps, inputs, targets = z["steps"], z["inputs"], z["targets"]  # (S, T, K), (S, T), (S, T - 1)
+    shown, (t, k) = min(2, steps.shape[0]), steps.shape[1:]
+    fig = _figure(
+        s,
+        f"{FIGURE_TITLES[stem]}\n{run.experiment}, seed {run.seed}, {k} cells",
+        2.6 * shown + 1.6,
+        0.32 * t + 1.8,
+    )
+    axes = fig.subplots(1, shown, squeeze=False)[0]
+    image = None
+    for i, ax in enumerate(axes):
+        p = steps[i]  # (T, K)
+        image = ax.imshow(p, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        for (r, c), v in np.ndenumerate(p):
+            ax.text(
+                c, r, f"{v:.2f}", ha="center", va="center", fontsize=6, color="black" if v > 0.6 else "white"
+            )
+        ax.set_yticks(range(t), ["start"] + [f"{inputs[i, j]} → {targets[i, j - 1]}" for j in range(1, t)])
+        ax.set_xticks(range(k), [f"cell {c + 1}" for c in range(k)])
+        ax.grid(False)
+        number = "".join(str(b) for b in inputs[i, 1:])
+        ax.set_title(f"input {number} (LSB first)", fontsize=8)
+        ax.set_ylabel("step: input bit → target bit" if i == 0 else "")
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label="loading probability")
+    return fig
+
+
+def fig44_loading_epochs(s: RelRegSuite) -> Figure:
+    """Left: fraction of loading probabilities per bin (log colour) for every epoch; right:
+    the histograms of a few epochs stacked, start at the back (the thesis' 3-D stack)."""
+    stem = "fig44_loading_epochs"
+    run = loading_run(s, stem)
+    if run is None:
+        return _placeholder(
+            _figure(s, FIGURE_TITLES[stem], 6.4, 2.5), "no finished proto run with loading.npz"
+        )
+    z = load_npz(run.dir / "loading.npz")
+    hist, edges = z["hist"].astype(np.float64), z["bins"].astype(np.float64)  # (E + 1, B), (B + 1)
+    if hist.size == 0:
+        return _placeholder(
+            _figure(s, FIGURE_TITLES[stem], 6.4, 2.5), f"{run.dir}: loading.npz has no histograms"
+        )
+    epochs = hist.shape[0] - 1
+    fig = _figure(s, f"{FIGURE_TITLES[stem]}\n{run.experiment}, seed {run.seed}", 8.4, 3.8)
+    ax_map, ax_ridge = fig.subplots(1, 2)
+    positive = hist[hist > 0]
+    norm = LogNorm(vmin=max(float(positive.min()), 1e-4), vmax=1.0) if positive.size else None
+    cmap = matplotlib.colormaps["magma"].with_extremes(bad="white")
+    image = ax_map.imshow(
+        np.ma.masked_less_equal(hist, 0.0),
+        cmap=cmap,
+        norm=norm,
+        aspect="auto",
+        origin="lower",
+        extent=(edges[0], edges[-1], -0.5, epochs + 0.5),
+        interpolation="nearest",
+    )
+    ax_map.grid(False)
+    ax_map.set_xlabel("loading probability")
+    ax_map.set_ylabel("epoch (0 = initialisation)")
+    ax_map.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.colorbar(image, ax=ax_map, label="fraction of probabilities")
+    centers = (edges[:-1] + edges[1:]) / 2
+    picks = sorted({int(round(e)) for e in np.linspace(0, epochs, min(epochs + 1, 6))})
+    top = float(hist.max()) or 1.0
+    for j, e in enumerate(picks):  # epoch 0 at the top (back), the last one in front
+        y0 = len(picks) - 1 - j
+        ax_ridge.fill_between(
+            centers, y0, y0 + 0.9 * hist[e] / top, step="mid", color=f"C{j % 10}", alpha=0.7, zorder=j
+        )
+    ax_ridge.set_yticks([len(picks) - 1 - j for j in range(len(picks))], [f"epoch {e}" for e in picks])
+    ax_ridge.set_xlabel("loading probability")
+    ax_ridge.set_title("histograms (height: fraction / max)", fontsize=8)
+    return fig
+
+
+def figure_builders(s: RelRegSuite) -> list[tuple[str, Any]]:
+    """(stem, builder) of every figure in FIGURE_TITLES' order."""
+    return [
+        ("fig41_lstm_vs_proto", lambda: sweeps(s, "fig41_lstm_vs_proto", 1, 2)),
+        ("fig42_regularizers", lambda: sweeps(s, "fig42_regularizers", 2, 2)),
+        ("fig43_loading_steps", lambda: fig43_loading_steps(s)),
+        ("fig44_loading_epochs", lambda: fig44_loading_epochs(s)),
+    ]
+
+
+def write_figures(s: RelRegSuite, fig_dir: Path) -> list[Path]:
+    written = []
+    for stem, build in figure_builders(s):
+        with matplotlib.rc_context(STYLE):
+            written += save(build(), fig_dir / stem)
+    return written

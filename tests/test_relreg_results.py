@@ -1,0 +1,360 @@
+"""Tests of the second study's results (psrnn.relreg.results): Table 4.5, Figures 4.1-4.4,
+REPORT.md and metrics.json, compiled from run folders written here by hand.
+
+    .venv/bin/python -m pytest tests/test_relreg_results.py -q
+
+Every expected number (means, sample stds, t-intervals, verdicts) is computed here from
+the seed values below, independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from psrnn import config as C
+from psrnn.cli import main
+from psrnn.relreg import report
+from psrnn.relreg import results as R
+from psrnn.relreg.figures import color_key, loading_run
+from psrnn.results import output_paths
+from psrnn.results.collect import load_reference
+from psrnn.results.fmt import DASH
+
+T975_1 = 12.706204736174707  # t quantile 0.975 with 1 degree of freedom (2 seeds)
+BITS = (6, 8, 10, 12, 14, 16)
+REF = load_reference(R.REFERENCE_PATH)
+
+# test sequence accuracy per (experiment, bits): one value per seed (fractions, as in metrics.json)
+SEQ = {
+    "lstm_l2": {
+        6: (1.0, 1.0),
+        8: (0.997, 0.998),
+        10: (0.990, 0.991),
+        12: (0.90, 0.91),
+        14: (0.5, 0.7),
+        16: (0.4, 0.6),
+    },
+    "proto_l2": {k: (0.95, 0.97) for k in BITS},
+    "proto_both": {k: (1.0,) for k in BITS},  # one seed only
+}
+
+
+def bit_acc(seq: float) -> float:
+    return 1.0 - (1.0 - seq) / 4  # any distinct function of the sequence accuracy will do
+
+
+def suite_config(experiments: tuple[str, ...] = ("lstm_l2", "proto_l2", "proto_both", "rmc_l2")) -> dict:
+    every = {
+        "lstm_l2": {"ref": "table45/lstm-l2", "model": "lstm", "grid": {"l2": [0.0, 0.001], "lr": [0.01]}},
+        "proto_l2": {"ref": "table45/ours-l2", "model": "proto", "cells": 4, "grid": {"l2": [0.0, 0.001]}},
+        "proto_both": {
+            "ref": "table45/ours-both",
+            "model": "proto",
+            "cells": 2,
+            "l2_cell": 0.001,
+            "l2_noncell": 0.001,
+            "noise": 0.1,
+        },
+        "rmc_l2": {"ref": "table45/rmc-l2", "model": "rmc", "hidden": 8, "key_size": 4, "heads": 2},
+    }
+    return {
+        "study": "relreg",
+        "name": "rr",
+        "paper_scale": True,
+        "seeds": [0, 1],
+        "datasets": {"bincounter": {}},
+        "defaults": {"epochs": 3, "test_count": 1024},
+        "experiments": {e: {"dataset": "bincounter", **every[e]} for e in experiments},
+    }
+
+
+def write_run(d: Path, cfg: dict, exp: str, seed: int, seq: dict[int, float], point: str | None) -> None:
+    """A finished run folder of the contract: metrics.json, history.csv, loading.npz (proto)."""
+    d.mkdir(parents=True)
+    run_cfg = C.resolve_run(cfg, exp, seed, point=point).to_dict()
+    test = {str(k): {"seq_acc": a, "bit_acc": bit_acc(a), "count": min(2**k, 1024)} for k, a in seq.items()}
+    metrics = {
+        "study": "relreg",
+        "experiment": exp,
+        "config_name": cfg["name"],
+        "point": point,
+        "seed": seed,
+        "model": run_cfg["model"],
+        "best_valid_acc": 0.9,
+        "best_epoch": 3,
+        "epochs_run": 3,
+        "valid_main_loss": 0.1,
+        "test_acc": sum(seq.values()) / len(seq),
+        "test": test,
+        "params": 500,
+        "cell_params": 300 if run_cfg["model"] == "proto" else 0,
+        "wall_time_s": 360.0,
+        "device": "cpu",
+        "device_name": "Test CPU",
+        "torch_version": "2.9.0",
+        "git_commit": "abc1234",
+        "config": run_cfg,
+    }
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    rows = ["epoch,train_loss,train_penalty,valid_loss,valid_seq_acc,valid_bit_acc"]
+    rows += [f"{e},{1 / e:.4f},0.01,{1.1 / e:.4f},{0.3 * e:.4f},{0.3 * e:.4f}" for e in (1, 2, 3)]
+    (d / "history.csv").write_text("\n".join(rows) + "\n")
+    if run_cfg["model"] == "proto":
+        k = run_cfg["cells"]
+        numbers = (508, 509)
+        inputs = np.array([[2, *[(n >> i) & 1 for i in range(9)]] for n in numbers], np.int64)  # (2, 10)
+        targets = np.array([[((n + 1) >> i) & 1 for i in range(9)] for n in numbers], np.int64)  # (2, 9)
+        steps = np.random.default_rng(seed).dirichlet(np.ones(k), size=(2, 10)).astype(np.float32)
+        hist = np.full((4, 20), 0.05, np.float32)
+        hist[3] = 0.0
+        hist[3, [0, -1]] = 0.5  # after the last epoch every probability is near 0 or 1
+        np.savez(
+            d / "loading.npz",
+            inputs=inputs,
+            targets=targets,
+            steps=steps,
+            hist=hist,
+            bins=np.linspace(0, 1, 21, dtype=np.float32),
+        )
+
+
+def make_tree(root: Path, experiments: tuple[str, ...] | None = None, runs: bool = True) -> dict:
+    """Final runs of SEQ, search runs of lstm_l2 (both points) and proto_l2 (one of two),
+    lstm_l2's selected.json; returns the config."""
+    cfg = suite_config() if experiments is None else suite_config(experiments)
+    if not runs:
+        return cfg
+    for exp, per_bits in SEQ.items():
+        if exp not in cfg["experiments"]:
+            continue
+        for seed in range(len(per_bits[6])):
+            write_run(
+                root / C.run_dir(cfg, exp, seed),
+                cfg,
+                exp,
+                seed,
+                {k: v[seed] for k, v in per_bits.items()},
+                None,
+            )
+    for exp, points in (("lstm_l2", 2), ("proto_l2", 1)):
+        if exp in cfg["experiments"]:
+            for i, (pid, _) in enumerate(C.grid_points(cfg["experiments"][exp])[:points]):
+                seq = {k: 0.5 + 0.1 * i for k in BITS}
+                write_run(root / C.search_dir(cfg, exp, pid), cfg, exp, 0, seq, pid)
+    if "lstm_l2" in cfg["experiments"]:
+        (root / C.selection_path(cfg, "lstm_l2")).write_text(json.dumps({"point": "l2-0.001_lr-0.01"}))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """(cfg, results folder (absolute), written paths (relative to the tree)) of the full fake
+    tree, compiled once for the module; compile runs in the tree, as results_root is relative."""
+    root = tmp_path_factory.mktemp("relreg")
+    cfg = make_tree(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        written = R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
+    return cfg, root / C.results_root(cfg), written
+
+
+def csv_rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def hand(values: tuple[float, ...]) -> tuple[float, float, float, float]:
+    """(mean, std, ci_low, ci_high) in % by the textbook formulas, the CI cut to [0, 100]."""
+    xs = [100 * v for v in values]
+    mean = sum(xs) / len(xs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    half = T975_1 * std / math.sqrt(len(xs))
+    return mean, std, max(mean - half, 0.0), min(mean + half, 100.0)
+
+
+# --- reference file ---------------------------------------------------------------------------
+
+
+def test_reference_holds_table45_and_the_grids_of_tables_41_to_44():
+    rows = {r["id"]: r for r in REF["table45"]}
+    assert list(rows) == [
+        "table45/lstm-l2",
+        "table45/rmc-l2",
+        "table45/transformer-l2",
+        "table45/ours-l2",
+        "table45/ours-cell",
+        "table45/ours-both",
+    ]
+    assert rows["table45/lstm-l2"]["acc"] == {6: 1.0, 8: 0.9972, 10: 0.9957, 12: 0.9951, 14: 0.9949}
+    assert rows["table45/transformer-l2"]["acc"][8] == 0.2
+    assert rows["table45/ours-both"]["acc"][14] == 0.9960
+    assert all(sorted(r["acc"]) == [6, 8, 10, 12, 14] for r in rows.values())  # no invented 16-bit value
+    assert REF["unplaced"][0]["value"] == 0.9959
+    sizes = {g["table"]: len(C.grid_points({"grid": g["grid"]})) for g in REF["grids"]}
+    assert sizes == {"4.1": 3 * 2 * 5, "4.2": 8 * 2 * 5, "4.3": 9 * 3 * 2 * 5, "4.4": 3 * 6 * 2 * 5 * 5 * 5}
+    panels = REF["figure_panels"]
+    known = set(rows) | {r["id"] for r in REF["figures"]}
+    assert all(ref in known for refs in panels.values() for ref in refs)
+
+
+def test_unknown_ref_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = suite_config(("lstm_l2",))
+    cfg["experiments"]["lstm_l2"]["ref"] = "table45/lstm-l3"
+    with pytest.raises(C.ConfigError, match="experiments.lstm_l2.ref"):
+        R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
+
+
+# --- Table 4.5 ----------------------------------------------------------------------------------
+
+
+def test_table45_csv_numbers_are_the_hand_computed_ones(compiled):
+    cfg, out, _ = compiled
+    rows = {(r["experiment"], r["ref"], int(r["bits"])): r for r in csv_rows(out / "tables" / "table45.csv")}
+    # 6 Table 4.5 rows x 6 lengths; the 2 rows without an experiment are there, empty
+    assert len(rows) == 6 * len(BITS)
+    for (exp, bits), expect in (
+        (("lstm_l2", 10), hand((0.990, 0.991))),
+        (("lstm_l2", 12), hand((0.90, 0.91))),
+        (("proto_l2", 8), hand((0.95, 0.97))),
+    ):
+        r = rows[(exp, cfg["experiments"][exp]["ref"], bits)]
+        got = [float(r[k]) for k in ("seq_acc_mean", "seq_acc_std", "seq_acc_ci_low", "seq_acc_ci_high")]
+        assert got == pytest.approx(expect, abs=1e-6)
+        assert float(r["bit_acc_mean"]) == pytest.approx(100 * bit_acc(expect[0] / 100), abs=1e-6)
+        assert r["n"] == "2"
+    lstm10 = rows[("lstm_l2", "table45/lstm-l2", 10)]
+    assert float(lstm10["paper_acc"]) == pytest.approx(99.57)
+    assert lstm10["verdict"] == "reproduced (paper value within our 95% CI)"  # 99.57 in [98.42, 99.69]
+    assert lstm10["count"] == "1024"
+    assert rows[("lstm_l2", "table45/lstm-l2", 12)]["verdict"] == "not reproduced (ours lower)"
+    assert rows[("lstm_l2", "table45/lstm-l2", 16)]["paper_acc"] == ""  # the thesis prints no 16 bits
+    both = rows[("proto_both", "table45/ours-both", 8)]
+    assert (both["n"], both["seq_acc_mean"], both["verdict"]) == ("1", "100", "1 seed (no CI)")
+    for ref in ("table45/transformer-l2", "table45/ours-cell"):  # not in this config
+        r = rows[("", ref, 8)]
+        assert (r["n"], r["seq_acc_mean"], r["verdict"]) == ("0", "", "missing")
+        assert r["paper_acc"] != ""
+
+
+def test_table45_markdown_shows_thesis_ours_and_dashes(compiled):
+    _, out, _ = compiled
+    md = (out / "tables" / "table45.md").read_text()
+    assert md.startswith("**Table 4.5.**")
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in md.splitlines() if line.startswith("| ")]
+    lines = {f"{c[0]}/{c[1]}": c[2:] for c in table}
+    assert lines["LSTM (with L2)/thesis"] == ["100.00", "99.72", "99.57", "99.51", "99.49", DASH]
+    mean, _, lo, hi = hand((0.990, 0.991))
+    assert lines["lstm_l2/ours, sequence (n=2)"][2] == f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+    assert lines["lstm_l2/ours, sequence (n=2)"][0] == "100.00 [100.00, 100.00]"  # both seeds 100%
+    assert lines["—/ours, sequence (n=0)"] == [DASH] * 6  # rmc_l2 has no runs; others none at all
+    assert lines["Transformer (with L2)/thesis"][1] == "20.00"
+    tex = (out / "tables" / "table45.tex").read_text()
+    assert r"\label{tab:table4.5}" in tex and "---" in tex
+
+
+def test_missing_experiments_and_runs_never_crash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = make_tree(tmp_path, ("rmc_l2",), runs=False)  # one experiment, no runs at all
+    written = R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
+    assert sorted(written) == sorted(R.output_paths(cfg))
+    md = (C.results_root(cfg) / "tables" / "table45.md").read_text()
+    assert "| LSTM (with L2) | thesis |" in md and DASH in md
+    report = (C.results_root(cfg) / "REPORT.md").read_text()
+    assert "search runs: 0 of 0 grid points" in report
+    assert "**no finished run** (30 of 30)" in report
+
+
+# --- figures, report, summary -------------------------------------------------------------------
+
+
+def test_every_output_is_written_and_dispatched(compiled):
+    cfg, out, written = compiled
+    assert sorted(written) == sorted(R.output_paths(cfg)) == sorted(output_paths(cfg))
+    assert all((out.parents[1] / p).stat().st_size > 0 for p in written)
+    assert {p.suffix for p in written if p.parent.name == "figures"} == {".pdf", ".png", ".svg"}
+
+
+def test_figures_pick_their_runs(compiled):
+    cfg, out, _ = compiled
+    s = R.gather(cfg, REF, out)
+    run = loading_run(s, "fig43_loading_steps")
+    assert (run.experiment, run.seed) == ("proto_both", 0)
+    assert color_key(cfg["experiments"]["lstm_l2"]["grid"]) == "l2"
+    assert color_key({"hidden": [6, 8], "noise": [0.0, 0.1]}) == "noise"  # a regularizer first
+    assert [p for p, _ in s.points["proto_l2"]] == ["l2-0.0"]  # one of its two points finished
+    assert s.selected == {"lstm_l2": "l2-0.001_lr-0.01"}
+
+
+def test_report_states_provenance_verdicts_and_readings(compiled):
+    _, out, _ = compiled
+    report = (out / "REPORT.md").read_text()
+    assert "- Final runs: 5 of 8 finished; search runs: 3 of 4 grid points" in report
+    assert "`abc1234` (8 runs)" in report
+    assert "total 0.80 h" in report  # 8 runs x 360 s
+    assert "| LSTM (with L2) | lstm_l2 | 10 | 99.57 |" in report
+    assert "reproduced (paper value within our 95% CI)" in report
+    assert "- **reproduced** (3 of 30): LSTM (with L2) at 6, 8, 10 bits\n" in report
+    assert "- **not reproduced, ours lower** (1 of 30): LSTM (with L2) at 12 bits\n" in report
+    assert "- **1 seed** (5 of 30): Ours (with both regularizations) at 6, 8, 10, 12, 14 bits\n" in report
+    assert "Table 4.1 (lstm) | 30 |" in report
+    assert "LSTM (with L2) 0.9972 at 8 bits (nearest 255/256 = 0.9961)" in report
+    assert "0.7667 = 23/30" in report and "0.2 = 6/30" in report
+    assert "6 bits: all 64" in report and "12 bits: 1,024 distinct random" in report
+    assert "0.9959 (probably 16 bits)" in report
+    for stem, title in R.FIGURE_TITLES.items():
+        assert f"![{title}](figures/{stem}.png)" in report
+
+
+def test_summary_metrics(compiled):
+    _, out, _ = compiled
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["experiments"]["lstm_l2"]["seq_acc"]["10"] == pytest.approx(0.9905)
+    assert m["experiments"]["rmc_l2"] == {
+        "ref": "table45/rmc-l2",
+        "n": 0,
+        "test_acc_mean": None,
+        "seq_acc": {str(k): None for k in BITS},
+        "bit_acc": {str(k): None for k in BITS},
+    }
+    assert (m["runs_finished"], m["runs_expected"], m["search_runs"]) == (5, 8, 3)
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "runs" not in p.parts and "search" not in p.parts
+    }
+
+
+def test_compile_command_twice_gives_identical_bytes(compiled, monkeypatch):
+    """The CLI dispatches a `study: relreg` config here, with this study's reference file,
+    and rewrites every output byte for byte."""
+    cfg, out, _ = compiled
+    root = out.parents[1]
+    monkeypatch.chdir(root)
+    first = _digests(out)
+    (root / "rr.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert main(["compile", "--config", str(root / "rr.yaml")]) == 0
+    assert _digests(out) == first
+    assert len(first) == len(R.output_paths(cfg))
+
+
+def test_small_config_gives_no_verdict(compiled):
+    cfg, out, _ = compiled
+    s = R.gather({**cfg, "paper_scale": False}, REF, out)
+    t = R.table45(s)
+    lstm = t.data[t.data["experiment"] == "lstm_l2"]
+    assert set(lstm["verdict"]) == {"not assessed (small config)", "no paper value"}
+    report_text = report.report_markdown(s, t, [])
+    assert "> **Small config — not a reproduction of the paper.**" in report_text
+    assert "- **not assessed** (15 of 30)" in report_text  # the 3 experiments with runs x 5 thesis lengths
