@@ -1,4 +1,4 @@
-"""The fused auxiliary decoders (models.fused_decode): all tasks' GRU decoders run as one
+"""The fused auxiliary decoders (decoders.fused_decode): all tasks' GRU decoders run as one
 block-diagonal GRU compute the per-task loop's loss and gradients, are used only where
 that is exact, and leave the parameters as they were.
 
@@ -14,7 +14,8 @@ import torch
 
 from psrnn import models
 from psrnn.config import RunConfig
-from psrnn.models import GRUDecoder, block_diagonal, build_model, fused_gru_weights, sample_anchors
+from psrnn.decoders import GRUDecoder, block_diagonal, fused_gru_weights
+from psrnn.models import build_model, sample_anchors
 
 
 def cfg_(**kw) -> RunConfig:

@@ -15,10 +15,10 @@ from torch import nn
 
 from psrnn import config as C
 from psrnn.config import ConfigError, RunConfig
+from psrnn.decoders import AuxDecoder
 from psrnn.models import (
     AUX_TASKS,
     PSRNN,
-    AuxDecoder,
     ModelConfig,
     build_model,
     count_params,
@@ -459,7 +459,7 @@ def test_hidden_states_match_encoder_and_are_zero_after_the_end():
     assert torch.count_nonzero(states[0, 12:]) == 0
 
 
-# --- the decoder interface (models.AuxDecoder) -------------------------------------------
+# --- the decoder interface (decoders.AuxDecoder) -----------------------------------------
 
 
 class MeanUpToAnchor(AuxDecoder):

@@ -21,6 +21,10 @@ STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snak
     "train": [
         "src/psrnn/models.py",
         "src/psrnn/training.py",
+        "src/psrnn/epoch.py",
+        "src/psrnn/runlog.py",
+        "src/psrnn/checkpoint.py",
+        "src/psrnn/decoders.py",
         "src/psrnn/gpus.py",
         "src/psrnn/machine.py",
         "src/psrnn/selection.py",
@@ -32,6 +36,7 @@ COMMON = [
     "src/psrnn/workflow.py",
     "src/psrnn/config.py",
     "src/psrnn/datasets.py",
+    "src/psrnn/studies.py",
     "config/schema.yaml",
 ]
 

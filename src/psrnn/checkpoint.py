@@ -69,7 +69,9 @@ class RunState:
 
 
 def rng_state(gens: Generators) -> dict[str, Any]:
-    np_name, np_keys, np_pos, np_gauss, np_cached = np.random.get_state()
+    state = np.random.get_state()  # the legacy tuple (the default), not the dict
+    assert isinstance(state, tuple)
+    np_name, np_keys, np_pos, np_gauss, np_cached = state
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

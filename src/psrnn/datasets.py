@@ -74,30 +74,23 @@ class Dataset:
         return self.filtered_train or self.official_train
 
 
+# MNIST and Fashion-MNIST: 28 x 28 grey images, 10 classes, 60K + 10K, 10K for validation
+DIGIT_LIKE: dict[str, Any] = dict(
+    input="continuous",
+    features=1,
+    classes=10,
+    image_side=28,
+    official_train=60_000,
+    official_test=10_000,
+    valid_size=10_000,
+)
+
 # The paper's Table 1 with our readings of its open points (src/psrnn/data/prepare.py).
 REGISTRY: dict[str, Dataset] = {
     ds.name: ds
     for ds in (
-        Dataset(
-            "mnist",
-            input="continuous",
-            features=1,
-            classes=10,
-            image_side=28,
-            official_train=60_000,
-            official_test=10_000,
-            valid_size=10_000,
-        ),  # 50K / 10K / 10K
-        Dataset(
-            "fmnist",
-            input="continuous",
-            features=1,
-            classes=10,
-            image_side=28,
-            official_train=60_000,
-            official_test=10_000,
-            valid_size=10_000,
-        ),
+        Dataset("mnist", **DIGIT_LIKE),  # 50K / 10K / 10K
+        Dataset("fmnist", **DIGIT_LIKE),  # Fashion-MNIST: MNIST's shapes and sizes
         Dataset(
             "cifar10",
             input="continuous",

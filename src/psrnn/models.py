@@ -29,15 +29,17 @@ Choices the sources leave open (stated so a reader can see them):
   not say how it initialised; the decoders (windows of at most 64 steps) keep PyTorch's.
 
 Where to extend it: `ModelConfig` holds every knob of the model (built from a RunConfig by
-`ModelConfig.from_run`), `AUX_TASKS` has one row per auxiliary task, and `AuxDecoder`
-states what a decoder is given (the shared states at the anchors, or all of them) and
-what it returns.
+`ModelConfig.from_run`), `AUX_TASKS` has one row per auxiliary task, and
+`psrnn.decoders.AuxDecoder` states what a decoder is given (the shared states at the
+anchors, or all of them) and what it returns.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -45,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from psrnn.config import INITS, ConfigError, RunConfig
+from psrnn.decoders import GRUDecoder, SharedStates, fusable, fused_decode
 
 INPUT_KINDS = ("continuous", "categorical")  # manifest.json "input"
 
@@ -227,17 +230,19 @@ def init_recurrent(gru: nn.GRU, scheme: str, steps: int, generator: torch.Genera
     """
     if scheme not in INITS:
         raise ValueError(f"unknown init {scheme!r}, expected one of {INITS}")
-    if scheme == "torch" or gru.weight_hh_l0.is_meta:
+    w_ih, w_hh = gru.get_parameter("weight_ih_l0"), gru.get_parameter("weight_hh_l0")  # (3d, I), (3d, d)
+    b_ih, b_hh = gru.get_parameter("bias_ih_l0"), gru.get_parameter("bias_hh_l0")  # (3d,) each
+    if scheme == "torch" or w_hh.is_meta:
         return
     d = gru.hidden_size
-    for w_ih, w_hh in zip(gru.weight_ih_l0.split(d), gru.weight_hh_l0.split(d)):  # gates r, z, n
-        nn.init.xavier_uniform_(w_ih, generator=generator)
-        nn.init.orthogonal_(w_hh, generator=generator)
-    gru.bias_ih_l0.zero_()
-    gru.bias_hh_l0.zero_()
+    for w_i, w_h in zip(w_ih.split(d), w_hh.split(d)):  # gates r, z, n
+        nn.init.xavier_uniform_(w_i, generator=generator)
+        nn.init.orthogonal_(w_h, generator=generator)
+    b_ih.zero_()
+    b_hh.zero_()
     if scheme == "chrono":
-        u = torch.rand(d, generator=generator, device=gru.bias_ih_l0.device)  # (d,)
-        gru.bias_ih_l0[d : 2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
+        u = torch.rand(d, generator=generator, device=b_ih.device)  # (d,)
+        b_ih[d : 2 * d] = torch.log1p(u * max(steps - 2, 0))  # log U(1, steps - 1)
 
 
 def gru_cell(gru: nn.GRU, layer: int = 0) -> nn.GRUCell:
@@ -256,72 +261,7 @@ def gru_cell(gru: nn.GRU, layer: int = 0) -> nn.GRUCell:
     return cell.to(w_ih.device)
 
 
-# --- decoders: what one auxiliary task is given and returns ------------------------------
-
-
-@dataclass(frozen=True)
-class SharedStates:
-    """Every step's shared state of a batch, for a decoder that reads more than h^s at its
-    anchor (`AuxDecoder.reads_sequence`). States after an anchor have read that anchor's
-    "pred" targets: such a decoder must mask them, or it is shown its answers."""
-
-    states: torch.Tensor  # (B, T, r) h^s_1..h^s_T; after a sequence's end they read padding
-    lengths: torch.Tensor  # int64 (B,) steps per sequence
-    anchors: torch.Tensor  # int64 (B, m): window i of the N = B*m decoded sits at anchors[i // m, i % m]
-
-
-class AuxDecoder(nn.Module):
-    """The interface of an auxiliary task's decoder; a new one (attention over the shared
-    states, another read-out) subclasses this and is built in `PSRNN.__init__`.
-
-    forward(h0, inputs, teacher, shared) -> estimates (N, l, F) of a window's targets, for
-    all N = B*m windows of a batch at once (window i: sequence i // m, anchor i % m):
-        h0       (N, r)     h^s at each window's anchor: the paper's decoders read only this
-        inputs   (N, l, F)  the true decoder inputs: x_a, then the window's targets but the last
-        teacher  bool       read `inputs` at every step, or x_a and then its own estimates
-        shared   SharedStates, given only when `reads_sequence` is True; otherwise None, so
-                 the GRU decoder's call (and its torch.compile graph) stays as it was
-    `PSRNN.aux_loss` scores the estimates (eq. 3.3). Whatever a decoder reads, it sees
-    only h[:r]: the private units h[r:] stay out of the auxiliary loss.
-    """
-
-    reads_sequence = False
-
-    def forward(
-        self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool, shared: SharedStates | None = None
-    ) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class GRUDecoder(AuxDecoder):
-    """The paper's decoder: a GRU of hidden size r started from h^s, and a linear read-out."""
-
-    def __init__(self, input_size: int, shared_units: int, layers: int):
-        super().__init__()
-        self.layers = layers
-        self.gru = nn.GRU(input_size, shared_units, num_layers=layers, batch_first=True)
-        self.out = nn.Linear(shared_units, input_size)
-
-    def forward(
-        self, h0: torch.Tensor, inputs: torch.Tensor, teacher: bool, shared: SharedStates | None = None
-    ) -> torch.Tensor:
-        """teacher: one GRU call over all N windows. Otherwise each step is fed the
-        previous estimate, which needs a loop over the l window steps (batched over all
-        anchors; never a loop over anchors or over the main sequence)."""
-        state = h0[None].expand(self.layers, -1, -1).contiguous()  # (L, N, r)
-        if teacher:
-            out, _ = self.gru(inputs, state)  # (N, l, r)
-            return self.out(out)  # (N, l, F)
-        step = inputs[:, :1]  # (N, 1, F) = x_a
-        estimates = []
-        for _ in range(inputs.shape[1]):
-            out, state = self.gru(step, state)  # (N, 1, r)
-            step = self.out(out)  # (N, 1, F)
-            estimates.append(step)
-        return torch.cat(estimates, dim=1)  # (N, l, F)
-
-
-# --- all tasks' GRU decoders as one block-diagonal GRU -----------------------------------
+# --- the model -------------------------------------------------------------------------
 
 # Device types on which `PSRNN.aux_loss` fuses its GRU decoders by default. On an H100 one
 # GRU of hidden K*r is faster than K GRUs of hidden r run one after another (fewer, larger
@@ -329,74 +269,6 @@ class GRUDecoder(AuxDecoder):
 # a CPU the zero blocks are real multiplications, so there it is slower (one thread: 930
 # against 520 ms) and stays off: CPU results stay bit-identical to the per-task loop.
 FUSE_DEVICES = ("cuda",)
-
-
-def fusable(decoders: nn.ModuleDict, teacher: bool) -> bool:
-    """Whether `fused_decode` computes exactly what the decoders compute one by one: plain
-    GRUDecoders (a subclass may change forward), teacher forcing (the estimate-fed loop
-    would need each task's read-out between steps), and more than one task to fuse."""
-    decs = list(decoders.values())
-    return teacher and len(decs) > 1 and all(type(d) is GRUDecoder for d in decs)
-
-
-def block_diagonal(weights: list[torch.Tensor]) -> torch.Tensor:
-    """Per-task GRU weights, each (3 * r, I) (gates r, z, n), -> one (3 * K*r, K*I) whose
-    gate g is block_diag(task 0's gate g, ..., task K-1's): unit k*r + i of the fused GRU
-    is unit i of task k, reading only task k's inputs. Multiplying by the identity (not
-    indexing or a loop over gates) keeps it to one op, and exact: x * 1 = x, x * 0 = 0."""
-    K = len(weights)
-    r3, d_in = weights[0].shape
-    w = torch.stack(weights).view(K, 3, r3 // 3, 1, d_in)  # (K, 3, r, 1, I)
-    eye = torch.eye(K, dtype=w.dtype, device=w.device).view(K, 1, 1, K, 1)  # (K, 1, 1, K, 1)
-    return (w * eye).transpose(0, 1).reshape(r3 * K, K * d_in)  # (3, K, r, K, I) -> (3Kr, KI)
-
-
-def fused_gru_weights(grus: list[nn.GRU]) -> list[torch.Tensor]:
-    """The weight list of one GRU of hidden K*r that runs K GRUs of hidden r side by side
-    (a GRU's gates act unit by unit, so a block-diagonal GRU is exactly K independent ones),
-    assembled from their parameters on every call so that their gradients flow back to
-    them. Per layer: weight_ih, weight_hh, bias_ih, bias_hh, as nn.GRU lists them.
-
-    All are views of one flat buffer laid out as cuDNN lays out a flattened nn.GRU (every
-    layer's weight_ih, weight_hh, then every layer's biases): cuDNN then uses it as is,
-    instead of compacting the weights and warning on every call."""
-    K, layers = len(grus), range(grus[0].num_layers)
-    weights = [
-        block_diagonal([getattr(g, f"{name}_l{k}") for g in grus])  # (3Kr, K*I)
-        for k in layers
-        for name in ("weight_ih", "weight_hh")
-    ]
-    biases = [
-        torch.stack([getattr(g, f"{name}_l{k}") for name in ("bias_ih", "bias_hh") for g in grus])
-        for k in layers
-    ]  # per layer (2K, 3r): the K input biases, then the K recurrent ones
-    r = biases[0].shape[1] // 3
-    flat = torch.cat(
-        [w.reshape(-1) for w in weights]
-        + [b.view(2, K, 3, r).transpose(1, 2).reshape(-1) for b in biases]  # (2, 3, K, r)
-    )
-    shapes = [w.shape for w in weights] + [(3 * K * r,)] * (2 * len(biases))
-    views = [v.view(s) for v, s in zip(flat.split([math.prod(s) for s in shapes]), shapes)]
-    w, b = views[: len(weights)], views[len(weights) :]
-    return [t for k in layers for t in (w[2 * k], w[2 * k + 1], b[2 * k], b[2 * k + 1])]
-
-
-def fused_decode(
-    decoders: list[GRUDecoder], h0: torch.Tensor, inputs: list[torch.Tensor]
-) -> list[torch.Tensor]:
-    """Teacher-forced estimates (N, l, F) of K GRUDecoders from one GRU call of hidden K*r:
-    the same numbers as calling each (`fusable` says when), in fewer, larger kernels.
-
-    torch._VF.gru is the function nn.GRU.forward calls; it takes the weight list directly,
-    so no second nn.GRU (with parameters of its own in the state dict) is needed."""
-    K, L = len(decoders), decoders[0].layers
-    x = torch.cat(inputs, dim=-1)  # (N, l, K*F): task k's inputs at features k*F..
-    state = torch.cat([h0] * K, dim=-1)[None].expand(L, -1, -1).contiguous()  # (L, N, K*r)
-    weights = fused_gru_weights([d.gru for d in decoders])
-    train = decoders[0].gru.training  # cuDNN keeps what backward needs only in training mode
-    out, _ = torch._VF.gru(x, state, weights, True, L, 0.0, train, False, True)  # (N, l, K*r)
-    halves = out.chunk(K, dim=-1)  # K x (N, l, r)
-    return [d.out(h) for d, h in zip(decoders, halves)]  # K x (N, l, F)
 
 
 class PSRNN(nn.Module):
@@ -413,6 +285,7 @@ class PSRNN(nn.Module):
         self.embed = nn.Embedding(config.features, config.embedding) if config.embedding else None
         self.gru = nn.GRU(config.input_size, config.hidden, batch_first=True)
         init_recurrent(self.gru, config.init, config.init_steps)
+        self.head: nn.Module
         if config.head == "mlp":
             width = config.head_hidden or config.hidden
             self.head = nn.Sequential(
@@ -495,7 +368,7 @@ class PSRNN(nn.Module):
         """Every task's estimates (N, l, F) from h0 (N, r) and its inputs (N, l, F): one
         block-diagonal GRU call if `fuse` and it is exact (`fusable`), else one call each."""
         if fuse and fusable(self.decoders, self.config.teacher):
-            return fused_decode(list(self.decoders.values()), h0, inputs)
+            return fused_decode(cast(list[GRUDecoder], list(self.decoders.values())), h0, inputs)
         return [
             decoder(h0, x, self.config.teacher, shared if decoder.reads_sequence else None)
             for decoder, x in zip(self.decoders.values(), inputs)
@@ -570,6 +443,17 @@ def hidden_states(model: PSRNN, x: torch.Tensor, lengths: torch.Tensor) -> torch
     return H * inside[..., None]
 
 
+@contextmanager
+def training_mode(model: nn.Module) -> Iterator[None]:
+    """`model` in training mode inside the block, and in the mode it had after it."""
+    was_training = model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def grad_norms(
     model: PSRNN,
     x: torch.Tensor,
@@ -577,7 +461,7 @@ def grad_norms(
     y: torch.Tensor,
     anchors: torch.Tensor | None,
     aux_weight: float,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | np.int64]:
     """How strongly each loss reaches the shared and private units at every time step.
 
     For each step t: the L2 norm of d(loss)/d(h_t) over the shared units h_t[:r] and over
@@ -591,52 +475,38 @@ def grad_norms(
     Returns float64 arrays (T,) ce_shared, ce_private, aux_shared, aux_private and int64
     scalars shared_units, hidden.
     """
-    was_training = model.training
-    model.train()  # cuDNN computes RNN (decoder) gradients only in training mode; nothing here is random
-    try:
-        return _grad_norms(model, x, lengths, y, anchors, aux_weight)
-    finally:
-        model.train(was_training)
+    # cuDNN computes RNN (decoder) gradients only in training mode; nothing here is random
+    with training_mode(model):
+        d, r = model.config.hidden, model.shared_units
+        cell = gru_cell(model.gru)
+        inp = model.inputs(x)  # (B, T, F')
+        B, T, _ = inp.shape
+        probe = torch.zeros(B, T, d, device=inp.device, requires_grad=True)  # (B, T, d)
+        h = inp.new_zeros(B, d)
+        states = []
+        for t in range(T):
+            h = cell(inp[:, t], h) + probe[:, t]  # (B, d)
+            states.append(h)
+        H = torch.stack(states, dim=1)  # (B, T, d)
+        ce = F.cross_entropy(model.classify(H, lengths), y.to(H.device), reduction="sum")
+        (g_ce,) = torch.autograd.grad(ce, probe, retain_graph=True)  # (B, T, d)
+        if model.has_aux and anchors is not None and anchors.shape[1] > 0:
+            aux = aux_weight * model.aux_loss(inp, H, lengths, anchors).sum()
+            (g_aux,) = torch.autograd.grad(aux, probe)  # (B, T, d)
+        else:
+            g_aux = torch.zeros_like(g_ce)
+        inside = torch.arange(T, device=H.device)[None, :] < lengths.to(H.device)[:, None]  # (B, T)
+        reach = inside.sum(0).clamp(min=1).to(torch.float64)  # (T,)
 
+        def mean_norm(g: torch.Tensor) -> np.ndarray:
+            norms = g.to(torch.float64).norm(dim=-1) * inside  # (B, T)
+            return (norms.sum(0) / reach).cpu().numpy()  # (T,)
 
-def _grad_norms(
-    model: PSRNN,
-    x: torch.Tensor,
-    lengths: torch.Tensor,
-    y: torch.Tensor,
-    anchors: torch.Tensor | None,
-    aux_weight: float,
-) -> dict[str, np.ndarray]:
-    d, r = model.config.hidden, model.shared_units
-    cell = gru_cell(model.gru)
-    inp = model.inputs(x)  # (B, T, F')
-    B, T, _ = inp.shape
-    probe = torch.zeros(B, T, d, device=inp.device, requires_grad=True)  # (B, T, d)
-    h = inp.new_zeros(B, d)
-    states = []
-    for t in range(T):
-        h = cell(inp[:, t], h) + probe[:, t]  # (B, d)
-        states.append(h)
-    H = torch.stack(states, dim=1)  # (B, T, d)
-    ce = F.cross_entropy(model.classify(H, lengths), y.to(H.device), reduction="sum")
-    (g_ce,) = torch.autograd.grad(ce, probe, retain_graph=True)  # (B, T, d)
-    if model.has_aux and anchors is not None and anchors.shape[1] > 0:
-        aux = aux_weight * model.aux_loss(inp, H, lengths, anchors).sum()
-        (g_aux,) = torch.autograd.grad(aux, probe)  # (B, T, d)
-    else:
-        g_aux = torch.zeros_like(g_ce)
-    inside = torch.arange(T, device=H.device)[None, :] < lengths.to(H.device)[:, None]  # (B, T)
-    reach = inside.sum(0).clamp(min=1).to(torch.float64)  # (T,)
-
-    def mean_norm(g: torch.Tensor) -> np.ndarray:
-        norms = g.to(torch.float64).norm(dim=-1) * inside  # (B, T)
-        return (norms.sum(0) / reach).cpu().numpy()  # (T,)
-
-    return {
-        "ce_shared": mean_norm(g_ce[..., :r]),
-        "ce_private": mean_norm(g_ce[..., r:]),
-        "aux_shared": mean_norm(g_aux[..., :r]),
-        "aux_private": mean_norm(g_aux[..., r:]),
-        "shared_units": np.int64(r),
-        "hidden": np.int64(d),
-    }
+        return {
+            "ce_shared": mean_norm(g_ce[..., :r]),
+            "ce_private": mean_norm(g_ce[..., r:]),
+            "aux_shared": mean_norm(g_aux[..., :r]),
+            "aux_private": mean_norm(g_aux[..., r:]),
+            "shared_units": np.int64(r),
+            "hidden": np.int64(d),
+        }

@@ -44,6 +44,27 @@ KEYS = {
     "params_head": "count",
     "params_aux": "count",
 }
+# the second study's runs (psrnn.relreg.training) record these instead
+STUDY_KEYS = {
+    "relreg": {
+        "test_acc": "acc",
+        "test_bit_acc": "acc",
+        "best_valid_acc": "acc",
+        "best_epoch": "epoch",
+        "epochs_run": "epoch",
+        "valid_main_loss": "loss",
+        "train_loss": "loss",
+        "params": "count",
+        "cell_params": "count",
+    }
+}
+
+
+def keys_for(cfg: dict[str, Any]) -> dict[str, str]:
+    """The metrics.json keys compared for the config's study."""
+    return STUDY_KEYS.get(cfg.get("study", "psrnn"), KEYS)
+
+
 # Off the expected platform: |got - expected| <= abs + rel * |expected|.
 # acc: 0.05 = a few test sequences of a small config's test set; epoch: a best epoch may
 # move by a couple of epochs when two validation accuracies are close; counts: exact.
@@ -87,7 +108,10 @@ def within(kind: str, expected: Any, got: Any, exact: bool) -> bool:
 
 
 def compare(
-    expected: dict[str, dict[str, Any]], got: dict[str, dict[str, Any] | None], exact: bool
+    expected: dict[str, dict[str, Any]],
+    got: dict[str, dict[str, Any] | None],
+    exact: bool,
+    keys: dict[str, str] = KEYS,
 ) -> list[str]:
     """One line per difference: `<run> <key>: expected X, got Y` (or a missing run)."""
     lines = []
@@ -101,7 +125,7 @@ def compare(
         if got[rid] is None:
             lines.append(f"{rid}: missing (no metrics.json: the run has not finished)")
             continue
-        for key, kind in KEYS.items():
+        for key, kind in keys.items():
             e, g = expected[rid].get(key), got[rid].get(key)
             if not within(kind, e, g, exact):
                 lines.append(f"{rid} {key}: expected {e!r}, got {g!r}")
@@ -131,7 +155,7 @@ def expected_record(
         "config": cfg["name"],
         "platform": plat,
         "tolerance": TOLERANCE,  # for readers; the code's TOLERANCE is what is applied
-        "runs": {rid: {k: m.get(k) for k in KEYS} for rid, m in got.items()},
+        "runs": {rid: {k: m.get(k) for k in keys_for(cfg)} for rid, m in got.items()},
     }
 
 
@@ -172,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             + ")"
         )
     )
-    lines = compare(exp["runs"], got, exact)
+    lines = compare(exp["runs"], got, exact, keys_for(cfg))
     print(f"check {cfg['name']}: {len(got)} runs against {path}, {mode}")
     for line in lines:
         print(line)

@@ -71,6 +71,14 @@ def study_of(cfg: dict[str, Any]) -> Study:
     return STUDIES[study_name(cfg)]
 
 
+def of_run(run: Any) -> Any:
+    """The trainer module of the study whose run settings `run` is (its `train` function
+    takes the run, its folder, metadata, restart_on_change and reuse)."""
+    ref = f"{type(run).__module__}:{type(run).__qualname__}"
+    study = next(s for s in STUDIES.values() if s.run_config == ref)
+    return importlib.import_module(study.trainer)
+
+
 def load(ref: str) -> Any:
     """The object a "module:name" reference names."""
     module, _, name = ref.partition(":")

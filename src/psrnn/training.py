@@ -31,13 +31,15 @@ line per epoch and, without the progress bar, a heartbeat every HEARTBEAT_S seco
 an epoch (step, steps/s, the epoch's ETA). A NaN/inf loss stops the run; a finite loss
 that explodes (DIVERGENCE_FACTOR) is logged and recorded as metrics.json's `diverged`, and
 the run goes on.
+
+This module holds the command line, the set-up and the run (train, finish); one epoch's
+steps and the evaluation are psrnn.epoch's, the log lines and output files psrnn.runlog's
+(their names stay importable from here).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import math
 import os
 import random
@@ -49,10 +51,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 from psrnn import config as C
-from psrnn import gpus
+from psrnn import gpus, studies
 from psrnn.checkpoint import (  # noqa: F401 (re-exports)
     RESUME_EXEMPT,
     ConfigChanged,
@@ -64,82 +66,37 @@ from psrnn.checkpoint import (  # noqa: F401 (re-exports)
     load_last,
     save_last,
 )
-from psrnn.data import SequenceSplit, batch_order, load_split, micro_batches, read_manifest
+from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest  # noqa: F401 (re-exports)
+from psrnn.epoch import (  # noqa: F401 (re-exports: the step mechanics, psrnn.epoch)
+    EVAL_ANCHOR_SEED,
+    HEARTBEAT_S,
+    StepHook,
+    TrainingDiverged,
+    capture,
+    clip_gradients,
+    draw_anchors,
+    evaluate,
+    train_epoch,
+)
 from psrnn.errors import UserError
-from psrnn.files import read_json, torch_save, write_bytes, write_json, write_text
-from psrnn.machine import PeakMemory, cpu_name, device_name, environment, git_commit  # noqa: F401 (re-exports)
-from psrnn.models import PSRNN, build_model, count_params, grad_norms, hidden_states, sample_anchors
+from psrnn.files import read_json, torch_save, write_json, write_text
+from psrnn.machine import PeakMemory, cpu_name, environment, git_commit  # noqa: F401 (re-exports)
+from psrnn.models import PSRNN, build_model, count_params, grad_norms
+from psrnn.runlog import (  # noqa: F401 (re-exports: what a run writes and logs, psrnn.runlog)
+    HISTORY_COLUMNS,
+    METRIC_KEYS,
+    capture_arrays,
+    clock,
+    diverged_line,
+    divergence,
+    epoch_line,
+    header,
+    heartbeat_line,
+    history_csv,
+    write_npz,
+)
 
-EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
 GRAD_NORM_SEQUENCES = 64  # test sequences measured for grad_norms.npz
-# Settings that may change between a checkpoint and its resumption: they do not change
-# what is computed on a given device (the bar) or are the user's to move (CPU <-> GPU).
-HISTORY_COLUMNS = (
-    "epoch",
-    "lr",
-    "train_main_loss",
-    "train_aux_loss",
-    "train_acc",
-    "valid_main_loss",
-    "valid_aux_loss",
-    "valid_acc",
-    "epoch_time_s",
-)
-HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
-# An epoch whose mean training cross-entropy exceeds this multiple of the loss at
-# initialisation, ln(num_classes), flags the run as diverged. Healthy runs stay near or
-# below ln C: the 10 runs of results/recipe (real digits, SGDR at lr up to 1, Adam, AdamW)
-# peak at 1.02 x ln 10, so 10 leaves a wide margin; exploded ones lie orders of magnitude
-# above it (Adam at lr 1e6: ~1e7). The reference is ln C, not the first epoch's loss:
-# such runs explode within their first epoch and then stay there.
-DIVERGENCE_FACTOR = 10.0
-# metrics.json's keys: the contract its readers rely on (results, regression, the tests);
-# finish() writes exactly these.
-METRIC_KEYS = frozenset(
-    {
-        "experiment",
-        "config_name",
-        "seed",
-        "point",
-        "dataset",
-        "test_acc",
-        "best_valid_acc",
-        "best_epoch",
-        "epochs_run",
-        "stopped",
-        "test_main_loss",
-        "test_aux_loss",
-        "valid_main_loss",
-        "valid_aux_loss",
-        "train_main_loss",
-        "train_aux_loss",
-        "params",
-        "params_main",
-        "params_head",
-        "params_aux",
-        "shared_units",
-        "wall_time_s",
-        "samples_per_s",
-        "peak_memory_mb",
-        "peak_memory_method",
-        "device",
-        "device_name",
-        "diverged",
-        "torch_version",
-        "cuda_version",
-        "platform",
-        "git_commit",
-        "psrnn_version",
-        "config",
-    }
-)
-
-StepHook = Callable[[int, int, PSRNN], None]  # (epoch, step, model), after each optimizer step
-
-
-class TrainingDiverged(UserError):
-    """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written.
-    (A finite loss that explodes does not raise: see divergence().)"""
 
 
 # --- command line ------------------------------------------------------------------------
@@ -235,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise UserError(f"--threads {args.threads}: must be at least 1")
         torch.set_num_threads(args.threads)
-    metrics = train(cfg, out, meta, restart_on_change=args.restart_on_change, reuse=args.reuse)
+    # another study's run settings go to that study's trainer (psrnn.studies)
+    trainer = train if isinstance(cfg, C.RunConfig) else studies.of_run(cfg).train
+    metrics = trainer(cfg, out, meta, restart_on_change=args.restart_on_change, reuse=args.reuse)
     print(
         f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
         f"at epoch {metrics['best_epoch']}) -> {out / 'metrics.json'}"
@@ -275,14 +234,18 @@ def seed_everything(seed: int, device: torch.device) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
         # ... but without its debugging aid of filling every new tensor with NaN: that costs
         # a kernel per allocation (a third of a GPU step's kernels) and changes no result
-        torch.utils.deterministic.fill_uninitialized_memory = False
+        # (a module property that torch's type stubs do not declare)
+        torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
         torch.backends.cudnn.benchmark = False
 
 
-def make_optimizer(cfg: C.RunConfig, model: PSRNN):
+def make_optimizer(
+    cfg: C.RunConfig, model: nn.Module
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
     """(optimizer, scheduler or None). "sgdr" and "adamwr" share the warm-restart schedule."""
     if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay), None
+    opt: torch.optim.Optimizer
     if cfg.optimizer == "adamwr":
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:
@@ -298,271 +261,6 @@ def make_optimizer(cfg: C.RunConfig, model: PSRNN):
 def init_steps(split: SequenceSplit) -> int:
     """The length the "chrono" init spreads its memories over: the training split's mean."""
     return max(2, round(float(split.lengths.double().mean()))) if len(split) else 2
-
-
-def draw_anchors(
-    model: PSRNN, cfg: C.RunConfig, lengths: torch.Tensor, gen: torch.Generator
-) -> torch.Tensor | None:
-    if not model.has_aux:
-        return None  # no draw: a baseline consumes no anchor randomness
-    return sample_anchors(lengths, cfg.anchors, cfg.window, cfg.sampling, gen)
-
-
-# --- one epoch, one evaluation -----------------------------------------------------------
-
-
-def clip_gradients(params, max_norm: float) -> torch.Tensor:
-    """Global gradient L2 norm (0-dim, on the device); with max_norm > 0, gradients are
-    scaled so their norm is at most max_norm.
-
-    Unlike torch.nn.utils.clip_grad_norm_, the norm is accumulated in float64: exploding
-    RNN gradients can exceed float32's range when squared (~1e19) while every gradient is
-    still finite, and such a step must be clipped, not reported as non-finite. The norm is
-    inf/nan only when a gradient itself is.
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    # one foreach kernel per step on the GPU, not one norm and one multiply per parameter
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)))
-    if max_norm > 0:
-        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)  # no sync: stays on the device
-        torch._foreach_mul_(grads, scale.to(grads[0].dtype))
-    return norm
-
-
-def clock(seconds: float) -> str:
-    """A duration in seconds as h:mm:ss."""
-    s = round(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def heartbeat_line(epoch: int, max_epochs: int, done: int, total: int, elapsed_s: float) -> str:
-    """Progress inside an epoch: `done` of `total` steps after `elapsed_s` seconds."""
-    rate = done / max(elapsed_s, 1e-9)  # steps/s
-    return (
-        f"epoch {epoch}/{max_epochs} step {done}/{total} | {rate:.2f} steps/s | "
-        f"ETA {clock((total - done) / rate)}"
-    )
-
-
-def train_epoch(
-    model: PSRNN,
-    split: SequenceSplit,
-    cfg: C.RunConfig,
-    opt,
-    sched,
-    gens: Generators,
-    device: torch.device,
-    epoch: int,
-    on_step: StepHook | None = None,
-    bar: bool = False,
-    heartbeat: Callable[[str], None] | None = None,
-    heartbeat_s: float = HEARTBEAT_S,
-) -> dict[str, float]:
-    """One pass over `split` in a seeded random order; returns the epoch's mean losses.
-
-    heartbeat: receives a heartbeat_line() at the first step at least heartbeat_s seconds
-    after the previous line (or the epoch's start). Raises TrainingDiverged at the first
-    non-finite loss or gradient norm.
-    """
-    model.train()
-    n = len(split)
-    all_lengths = split.lengths  # (N,), computed once: text's come from its offsets
-    batches = batch_order(all_lengths, cfg.batch_size, cfg.bucket, gens.shuffle)
-    lr = opt.param_groups[0]["lr"]
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
-    steps = range(len(batches))
-    if bar:
-        from tqdm import tqdm
-
-        steps = tqdm(steps, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
-    start = last_beat = time.monotonic()
-    pending = None  # the previous step's (step, loss, gradient norm), checked a step late
-    for step in steps:
-        opt.zero_grad(set_to_none=True)
-        batch = batches[step]
-        lengths = all_lengths[batch]
-        anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
-        loss = torch.zeros((), device=device)
-        for piece in micro_batches(lengths, cfg.max_tokens):
-            logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
-            ce = F.cross_entropy(logits, y)
-            aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
-            correct = (logits.argmax(-1) == y).sum()
-            # each piece's mean losses weighted by its share: the batch mean, as one piece
-            share = len(piece) / len(batch)
-            piece_total = ce + cfg.aux_weight * aux_mean
-            if share != 1.0:
-                piece_total = piece_total * share
-            piece_total.backward()
-            loss = loss + piece_total.detach()
-            b = len(piece)
-            sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
-        gnorm = clip_gradients(model.parameters(), cfg.clip)
-        if pending is not None:
-            check_finite(*pending, len(batches), epoch, cfg)
-        pending = (step, loss, gnorm)
-        opt.step()
-        if sched is not None:
-            sched.step(epoch - 1 + (step + 1) / len(batches))
-        if on_step is not None:
-            on_step(epoch, step + 1, model)
-        if heartbeat is not None:
-            # the finite check's sync keeps the host within two steps of the device
-            now = time.monotonic()
-            if now - last_beat >= heartbeat_s:
-                heartbeat(heartbeat_line(epoch, cfg.max_epochs, step + 1, len(batches), now - start))
-                last_beat = now
-    if pending is not None:
-        check_finite(*pending, len(batches), epoch, cfg)
-    ce_sum, aux_sum, correct = sums.tolist()
-    return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
-
-
-def piece_forward(
-    model: PSRNN,
-    split: SequenceSplit,
-    batch: torch.Tensor,
-    piece: torch.Tensor,
-    anchors: torch.Tensor | None,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """(logits (b, C), aux loss per sequence (b,) or None, labels (b,)) of the sequences at
-    positions `piece` of `batch` (data.micro_batches), with their rows of the batch's anchors."""
-    whole = len(piece) == len(batch)  # one piece: the batch as drawn, in its order
-    x, lengths, y = split.batch(batch if whole else batch[piece])
-    if anchors is not None and not whole:
-        anchors = anchors[piece]
-    x, lengths, y, anchors = to_device(device, x, lengths, y, anchors)
-    logits, aux = model(x, lengths, anchors)
-    return logits, aux, y
-
-
-def to_device(device: torch.device, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """A batch's tensors on `device` (None stays None). non_blocking: a plain copy to a GPU
-    waits for all the work queued before it, so a step would stall at every one."""
-    return tuple(None if t is None else t.to(device, non_blocking=True) for t in tensors)
-
-
-def check_finite(
-    step: int, loss: torch.Tensor, gnorm: torch.Tensor, steps: int, epoch: int, cfg: C.RunConfig
-) -> None:
-    """Raise TrainingDiverged when a step's loss or gradient norm is not finite.
-
-    Called for step s while step s + 1 is queued, so the host waits for step s only and the
-    GPU is never idle for it: a step's non-finite update is applied, and the run stops one
-    step later (nothing of it is saved: the last checkpoint is from the epoch before).
-    """
-    if bool(torch.isfinite(loss) & torch.isfinite(gnorm)):  # the step's one sync
-        return
-    what = "loss" if not torch.isfinite(loss) else "gradient norm"
-    value = float(loss if what == "loss" else gnorm)
-    hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
-    raise TrainingDiverged(
-        f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-        f"{steps}; {hint} (last good checkpoint kept, no metrics written)"
-    )
-
-
-@torch.no_grad()
-def evaluate(model: PSRNN, split: SequenceSplit, cfg: C.RunConfig, device: torch.device) -> dict[str, float]:
-    """Accuracy and per-sample mean losses on a split, anchors from a fixed-seed generator."""
-    model.eval()
-    gen = torch.Generator().manual_seed(EVAL_ANCHOR_SEED)
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # CE sum, aux sum, correct
-    # by length: metrics do not depend on the order, and ragged text pads least this way
-    ragged = split.offsets is not None
-    all_lengths = split.lengths  # (N,)
-    order = torch.argsort(all_lengths, stable=True) if ragged else torch.arange(len(split))
-    for batch in order.split(cfg.batch_size):
-        lengths = all_lengths[batch]
-        anchors = draw_anchors(model, cfg, lengths, gen)
-        for piece in micro_batches(lengths, cfg.max_tokens):
-            logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
-            ce = F.cross_entropy(logits, y, reduction="sum")
-            aux_sum = aux.sum() if aux is not None else torch.zeros((), device=device)
-            sums += torch.stack([ce, aux_sum, (logits.argmax(-1) == y).sum()]).to(torch.float64)
-    ce_sum, aux_sum, correct = sums.tolist()
-    n = max(len(split), 1)
-    return {"main_loss": ce_sum / n, "aux_loss": aux_sum / n, "acc": correct / n}
-
-
-def capture(model: PSRNN, split: SequenceSplit, count: int, device: torch.device) -> torch.Tensor:
-    """float32 (S, T, d) states of the first `count` sequences of `split`, on the CPU."""
-    x, lengths, _ = split.batch(torch.arange(min(count, len(split))))
-    model.eval()
-    return hidden_states(model, x.to(device), lengths).float().cpu()
-
-
-# --- outputs -----------------------------------------------------------------------------
-
-
-def history_csv(history: list[dict[str, float]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=HISTORY_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for row in history:
-        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
-    return buf.getvalue()
-
-
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    write_bytes(path, buf.getvalue())
-
-
-def capture_arrays(
-    split: SequenceSplit, st: RunState, count: int, shared_units: int
-) -> dict[str, np.ndarray]:
-    """hidden_states.npz contents (see the metrics contract)."""
-    x, _, y = split.batch(torch.arange(min(count, len(split))))
-    x = x.float()[..., None] if split.categorical else x.float()  # (S, T, F)
-    epochs = sorted(st.captures)
-    states = (
-        torch.stack([st.captures[e] for e in epochs]) if epochs else torch.zeros(0, *x.shape[:2], 0)
-    )  # (E, S, T, d)
-    return {
-        "epochs": np.asarray(epochs, dtype=np.int64),
-        "states": states.numpy().astype(np.float32),
-        "x": x.numpy().astype(np.float32),
-        "y": y.numpy().astype(np.int64),
-        "shared_units": np.int64(shared_units),
-    }
-
-
-def header(
-    out_dir: Path,
-    device: torch.device,
-    model: PSRNN,
-    splits: dict[str, SequenceSplit],
-    resumed_after: int | None,
-) -> str:
-    """The log's first line: where the run trains, how big it is, and where it starts."""
-    if device.type == "cuda" and device.index is None:  # "auto": the current GPU
-        device = torch.device("cuda", torch.cuda.current_device())
-    n = count_params(model)
-    start = "fresh start" if resumed_after is None else f"resumed after epoch {resumed_after}"
-    return (
-        f"run {out_dir}: device {device} ({device_name(device)}) | params {n['params']:,} "
-        f"(main {n['params_main']:,}, head {n['params_head']:,}, aux decoders "
-        f"{n['params_aux']:,}) | train {len(splits['train'])} / valid {len(splits['valid'])} "
-        f"/ test {len(splits['test'])} sequences | {start}"
-    )
-
-
-def divergence(history: list[dict[str, float]], first_loss: float) -> dict[str, Any] | None:
-    """metrics.json's `diverged`: the first epoch whose mean training cross-entropy exceeds
-    DIVERGENCE_FACTOR x first_loss (the loss at initialisation, ln(num_classes)), as
-    {epoch, train_loss, first_loss}; None when there is none.
-
-    The main loss only: its starting value is known for every dataset (an auxiliary loss's
-    depends on the data's scale), and an explosion of the shared units reaches it. Derived
-    from the history, which ckpt_last.pt carries, so a resumed run keeps the flag.
-    """
-    for row in history:
-        if row["train_main_loss"] > DIVERGENCE_FACTOR * first_loss:
-            return {"epoch": row["epoch"], "train_loss": row["train_main_loss"], "first_loss": first_loss}
-    return None
 
 
 # --- the run -----------------------------------------------------------------------------
@@ -677,19 +375,10 @@ def train(
         st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
         write_text(out_dir / "history.csv", history_csv(st.history))
         save_last(last_path, cfg, st, model, opt, sched, gens, data)
-        log(
-            f"epoch {epoch}/{cfg.max_epochs} lr {row['lr']:.4g} | train ce {row['train_main_loss']:.4f} "
-            f"aux {row['train_aux_loss']:.4f} acc {row['train_acc']:.4f} | valid ce "
-            f"{row['valid_main_loss']:.4f} aux {row['valid_aux_loss']:.4f} acc {row['valid_acc']:.4f} "
-            f"| {row['epoch_time_s']:.1f}s | best {st.best_valid_acc:.4f} @ {st.best_epoch}"
-        )
+        log(epoch_line(row, cfg.max_epochs, st))
         flag = divergence(st.history, first_loss)
         if flag is not None and flag["epoch"] == epoch:  # once, at the epoch that crossed
-            log(
-                f"diverged: epoch {epoch} train loss {flag['train_loss']:.4g} > "
-                f"{DIVERGENCE_FACTOR:g} x first loss {first_loss:.4f} (ln {num_classes}, the "
-                f"loss at initialisation); lower lr; the run goes on"
-            )
+            log(diverged_line(flag, num_classes))
 
     return finish(
         cfg,
@@ -721,6 +410,7 @@ def finish(
 ) -> dict[str, Any]:
     """Test the best model, write grad_norms.npz, hidden_states.npz, then metrics.json
     (with the peak memory of every session, the test included)."""
+    assert st.best_model is not None  # set at the first epoch's end: every accuracy beats -1
     model.load_state_dict(st.best_model)
     test = evaluate(model, splits["test"], cfg, device)
     best = st.history[st.best_epoch - 1]

@@ -35,7 +35,8 @@ apart: the step includes `SequenceSplit.batch` as training does (synthetic data 
 On a CPU shared with other jobs use --threads 1 and read the process CPU times.
 
 Modules: `measure` (one measurement and its `Spec`), `speed` (train and options), `budget`
-(the compute budget model), `pipeline` (prepare and snakemake), `report` (targets, merge,
+(the compute budget model), `pipeline` (prepare and snakemake), `profile` (torch.profiler
+counts), `goals` (the targets and whether a result meets them), `report` (merge,
 Markdown); this one runs the chosen sections and writes the result.
 """
 
@@ -51,10 +52,11 @@ import torch
 
 from psrnn import config as C
 from psrnn.bench.budget import bench_budget
+from psrnn.bench.goals import targets
 from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
 from psrnn.bench.pipeline import bench_prepare, bench_snakemake
 from psrnn.bench.profile import bench_profile
-from psrnn.bench.report import SCHEMA, SECTIONS, merge, targets, to_markdown
+from psrnn.bench.report import SCHEMA, SECTIONS, merge, to_markdown
 from psrnn.bench.speed import (
     FULL,
     GPU_REPEATS,
@@ -262,6 +264,7 @@ def benchmark(
         result["profile"] = bench_profile(shapes, s, device, seq_len, log, isolate or device.type == "cuda")
 
     def do_budget() -> None:
+        assert suite is not None  # loaded above for the budget section
         reps = (1, 1) if quick else ((3, 5) if device.type == "cuda" else (1, 3))
         b = bench_budget(suite, device, quick, budget_batch, reps, log, s.threads)
         unit = "GPU hours" if device.type == "cuda" else "CPU hours"

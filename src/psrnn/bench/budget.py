@@ -22,15 +22,10 @@ import torch
 
 from psrnn import config as C
 from psrnn.bench.measure import QUICK_LEN, Shape, Spec, run_measurement
-from psrnn.data.fixtures import imdb_lengths
+from psrnn.data.lookalikes import imdb_lengths
+from psrnn.datasets import REGISTRY
 from psrnn.files import read_json
 
-# Official training-set sizes the prepared splits are cut from. IMDB: the training reviews
-# left after the 500-character filter (paper Table 1: 20K train + 2.2K valid).
-OFFICIAL_TRAIN = {"mnist": 60_000, "fmnist": 60_000, "cifar10": 50_000, "imdb": 22_200, "dbpedia": 560_000}
-IMAGE_SIDE = {"mnist": 28, "fmnist": 28, "cifar10": 32}
-IMAGE_FEATURES = {"mnist": 1, "fmnist": 1, "cifar10": 3}
-NUM_CLASSES = {"mnist": 10, "fmnist": 10, "cifar10": 10, "imdb": 2, "dbpedia": 14}
 # DBpedia "<title> <abstract>": assumed log-normal, mean ~300 characters (Table 1), when no
 # prepared data is at hand to read the real lengths from.
 DBPEDIA_LOGN = (5.6, 0.45)
@@ -55,7 +50,7 @@ def split_sizes(dataset: str, opts: dict[str, Any], manifest: dict[str, Any] | N
         row = paper_table1(dataset)
         return int(row["train"]), int(row["valid"]), f"paper Table 1 (prepare not importable: {err})"
     o = resolve_options(dataset, opts)
-    n = OFFICIAL_TRAIN[dataset]
+    n = REGISTRY[dataset].split_pool  # IMDB: the training reviews left after its filter
     n_valid = valid_count(n, o)
     train, valid = n - n_valid, n_valid
     return min(train, o["train"] or train), min(valid, o["valid"] or valid), "official dataset sizes"
@@ -65,7 +60,7 @@ def text_lengths(
     dataset: str, opts: dict[str, Any], prepared: Path | None, rng: np.random.Generator
 ) -> tuple[np.ndarray, str]:
     """(lengths of training texts, where they come from): the prepared train split when it
-    exists, else the length model (fixtures.IMDB_LOGN, DBPEDIA_LOGN) after the same filter
+    exists, else the length model (lookalikes.IMDB_LOGN, DBPEDIA_LOGN) after the same filter
     and cut."""
     if prepared is not None and (prepared / "train.pt").is_file():
         d = torch.load(prepared / "train.pt", map_location="cpu", weights_only=True)
@@ -74,14 +69,14 @@ def text_lengths(
         from psrnn.data.prepare import resolve_options
 
         o = resolve_options(dataset, opts)
-    except ImportError:  # the paper's filter (IMDB >= 500 characters), no cut
+    except ImportError:  # the registry's filter (IMDB >= 500 characters), no cut
         o = {
-            "min_chars": opts.get("min_chars", 500 if dataset == "imdb" else 0),
+            "min_chars": opts.get("min_chars", REGISTRY[dataset].min_chars),
             "max_length": opts.get("max_length"),
         }
     if dataset == "imdb":
         lengths = imdb_lengths(200_000, rng)
-        source = "IMDB length model (log-normal, psrnn.data.fixtures.IMDB_LOGN)"
+        source = "IMDB length model (log-normal, psrnn.data.lookalikes.IMDB_LOGN)"
     else:
         mu, sigma = DBPEDIA_LOGN
         lengths = np.clip(rng.lognormal(mu, sigma, 200_000), *DBPEDIA_CLIP).astype(np.int64)
@@ -97,9 +92,9 @@ def padded_length(
 ) -> int:
     """Mean padded length of a training batch: training pads each batch to its longest text
     and the main GRU runs over all of it. Simulated with training's own batch order
-    (`training.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
+    (`data.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
     from `lengths`."""
-    from psrnn.training import batch_order
+    from psrnn.data import batch_order
 
     rng = np.random.default_rng(seed)
     maxima = []
@@ -126,13 +121,16 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
         if manifest_path.is_file():
             manifest = read_json(manifest_path)
         train_n, valid_n, sizes_source = split_sizes(ds, opts, manifest)
-        points = C.grid_points(exp) if C.has_grid(suite, name) else [(None, {})]
+        points: list[tuple[str | None, dict[str, Any]]] = [(None, {})]
+        if C.has_grid(suite, name):
+            points = [*C.grid_points(exp)]
         for pid, _ in points:
             cfg = C.resolve_run(suite, name, suite["seeds"][0], point=pid)
-            if ds in IMAGE_SIDE:
-                side = opts.get("downsample") or IMAGE_SIDE[ds]
-                seq_len, features, kind = side * side, IMAGE_FEATURES[ds], "continuous"
-                length_source, longest = "image size", side * side
+            facts = REGISTRY[ds]
+            steps = facts.steps(opts)
+            if steps is not None:  # images: every sequence has the same length
+                seq_len, features, kind = steps, facts.features, "continuous"
+                length_source, longest = "image size", steps
             else:
                 key = (ds, cfg.batch_size, cfg.bucket)
                 if key not in cache:
@@ -140,11 +138,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                     padded = padded_length(lengths, cfg.batch_size, cfg.bucket, train_n)
                     cache[key] = (padded, src, int(lengths.max()))
                 seq_len, length_source, longest = cache[key]
-                features = (
-                    manifest["features"]
-                    if manifest
-                    else opts.get("alphabet_size", 60 if ds == "imdb" else 70)
-                )
+                features = manifest["features"] if manifest else facts.input_features(opts)
                 kind = "categorical"
             rows.append(
                 {
@@ -291,7 +285,7 @@ def bench_budget(
             continue
         batch = min(row["batch"], batch_cap) if batch_cap else row["batch"]
         shape = Shape(
-            row["dataset"], row["seq_len"], row["features"], row["input"], NUM_CLASSES[row["dataset"]]
+            row["dataset"], row["seq_len"], row["features"], row["input"], REGISTRY[row["dataset"]].classes
         )
         points, eval_points, status = [], [], "ok"
         lengths = budget_lengths(

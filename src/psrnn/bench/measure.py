@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ class Autocast(torch.nn.Module):
 
     @property
     def has_aux(self) -> bool:
-        return self.model.has_aux
+        return bool(self.model.has_aux)
 
     def forward(self, x, lengths, anchors=None):
         with torch.autocast(self.device_type, dtype=torch.bfloat16):
@@ -142,8 +142,10 @@ class Autocast(torch.nn.Module):
 
 def compile_decoders(model: torch.nn.Module) -> None:
     """torch.compile each auxiliary decoder in place (parameters stay the same tensors)."""
-    for task in list(model.decoders.keys()):
-        model.decoders[task] = torch.compile(model.decoders[task])
+    decoders = model.get_submodule("decoders")
+    assert isinstance(decoders, torch.nn.ModuleDict)
+    for task in list(decoders.keys()):
+        decoders[task] = cast(torch.nn.Module, torch.compile(decoders[task]))  # an OptimizedModule
 
 
 def synthetic_split(shape: Shape, n: int, seq_len: int, seed: int):
@@ -195,10 +197,9 @@ def setup(spec: Spec) -> Setup:
     shape = spec.shape
     training.seed_everything(spec.seed, device)
     cfg = spec.run_config()
-    model = build_model(cfg, shape.input, shape.features, shape.classes)
-    shared_units = model.shared_units
-    if spec.naive:
-        model = NaivePSRNN.from_model(model)
+    built = build_model(cfg, shape.input, shape.features, shape.classes)
+    shared_units = built.shared_units
+    model: torch.nn.Module = NaivePSRNN.from_model(built) if spec.naive else built
     model = model.to(device)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if spec.compile and model.has_aux:

@@ -2,7 +2,7 @@
 
     python -m psrnn bench --only prepare,snakemake
 
-prepare: full-size look-alike archives (psrnn.data.fixtures: 50K IMDB reviews, 60K + 10K
+prepare: full-size look-alike archives (psrnn.data.lookalikes: 50K IMDB reviews, 60K + 10K
 MNIST images) through the real `prepare`; its time and the prepared size on disk.
 snakemake: wall time of `snakemake -n` on a suite config, in the repository root.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.data.fixtures import write_idx_like, write_imdb_like
+from psrnn.data.lookalikes import write_idx_like, write_imdb_like
 
 # --- section: prepare ----------------------------------------------------------------------
 

@@ -221,9 +221,11 @@ def bench_packing(
             res = run_together([dataclasses.replace(spec, seed=i) for i in range(k)])
             ok = all(r.get("status") == "ok" for r in res)
             step = statistics.median(r["step_ms"]["median"] for r in res) if ok else None
-            throughput = k * spec.batch / step * 1e3 if ok else None  # sequences/s of all jobs
+            throughput = None if step is None else k * spec.batch / step * 1e3  # sequences/s of all jobs
             if k == 1:
                 alone = throughput
+            speedup = throughput / alone if throughput is not None and alone else None
+            status = "ok" if ok else next(r["status"] for r in res if r.get("status") != "ok")
             rows.append(
                 {
                     "shape": shape.dataset,
@@ -232,20 +234,19 @@ def bench_packing(
                     "threads": threads,
                     "seq_len": spec.seq_len,
                     "batch": spec.batch,
-                    "status": "ok" if ok else next(r["status"] for r in res if r.get("status") != "ok"),
+                    "status": status,
                     "step_ms": step,
                     "peak_mem_mb": max(r["peak_mem_mb"] for r in res) if ok else None,
                     "samples_per_s": throughput,
-                    "speedup": throughput / alone if ok and alone else None,
+                    "speedup": speedup,
                 }
             )
-            r = rows[-1]
             log(
                 f"packing {shape.dataset:8s} {k} job(s) x {threads} threads: "
                 + (
-                    f"{step:.1f} ms/step each, {r['speedup']:.2f}x one job's throughput"
-                    if ok
-                    else r["status"]
+                    f"{step:.1f} ms/step each, {speedup:.2f}x one job's throughput"
+                    if step is not None and speedup is not None
+                    else status
                 )
             )
     return rows

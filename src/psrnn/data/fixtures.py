@@ -19,75 +19,34 @@ characters), a 32-unit GRU read-out of the last state (Adam 0.01, batch 50) reac
 validation after 6 epochs: mnist 0.63, fmnist 0.37, cifar10 0.76, imdb 0.78, dbpedia 0.24
 (chance 0.10, 0.10, 0.10, 0.50, 0.07). The bytes are
 deterministic (seeded generators, gzip mtime 0, fixed tar metadata), so MD5SUMS is stable
-for a given numpy/zlib; the whole set is about 1 MB and takes a second or two.
+for a given numpy/zlib (psrnn.data.archives); the whole set is about 1 MB and takes a
+second or two.
 
-Full-size look-alikes for the benchmark's prepare section (`python -m psrnn bench --only
-prepare`; the command above does not write them): `write_imdb_like` (an aclImdb archive of
-50K reviews with IMDB's length distribution, `IMDB_LOGN`) and `write_idx_like` (60K + 10K
-MNIST-format images). Their content is not learnable: they time `prepare` and size its output.
+Full-size look-alikes for the benchmark's prepare section are in psrnn.data.lookalikes.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import io
 import pickle
-import struct
-import tarfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from psrnn import files
+from psrnn.data.archives import (  # noqa: F401 (re-exports)
+    TAR_MTIME,
+    gzip_bytes,
+    idx_bytes,
+    idx_files,
+    md5sums,
+    tar_gz_bytes,
+)
+from psrnn.data.lookalikes import imdb_lengths, write_idx_like, write_imdb_like  # noqa: F401 (re-exports)
 
 DATASETS = ("mnist", "fmnist", "cifar10", "imdb", "dbpedia")
-TAR_MTIME = 1_262_304_000  # 2010-01-01, a fixed date for every tar member
-
-
-# --- archive writers ---------------------------------------------------------------------
-
-
-def gzip_bytes(data: bytes, level: int = 9) -> bytes:
-    buf = io.BytesIO()
-    # mtime=0 and no file name in the header: the same input gives the same bytes
-    with gzip.GzipFile(filename="", fileobj=buf, mode="wb", compresslevel=level, mtime=0) as gz:
-        gz.write(data)
-    return buf.getvalue()
-
-
-def tar_gz_bytes(members: dict[str, bytes], level: int = 9) -> bytes:
-    """A .tar.gz holding `members` (path -> bytes) and their parent folders, fixed metadata."""
-    dirs = sorted({"/".join(p.split("/")[:i]) for p in members for i in range(1, p.count("/") + 1)})
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for d in dirs:
-            tar.addfile(_tarinfo(d + "/", tarfile.DIRTYPE, 0o755, 0))
-        for path, data in members.items():
-            tar.addfile(_tarinfo(path, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
-    return gzip_bytes(buf.getvalue(), level)
-
-
-def _tarinfo(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type, info.mode, info.size, info.mtime = kind, mode, size, TAR_MTIME
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    """IDX (LeCun's MNIST format) of a uint8 array: magic 0x0000 08 <ndim>, big-endian dims."""
-    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-
-
-def md5sums(blobs: dict[str, bytes]) -> str:
-    import hashlib
-
-    return "".join(f"{hashlib.md5(b).hexdigest()}  {n}\n" for n, b in sorted(blobs.items()))
 
 
 # --- images ------------------------------------------------------------------------------
@@ -152,14 +111,6 @@ def colour_images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndar
     salt = rng.random((n, 1, 32, 32)) < 0.02
     img = np.where(salt, rng.integers(0, 256, (n, 3, 32, 32)), img)
     return img.clip(0, 255).astype(np.uint8), y
-
-
-def idx_files(prefix: str, images: np.ndarray, labels: np.ndarray, level: int = 9) -> dict[str, bytes]:
-    """MNIST's two gzipped IDX files of one split ("train" or "t10k")."""
-    return {
-        f"{prefix}-images-idx3-ubyte.gz": gzip_bytes(idx_bytes(images), level),
-        f"{prefix}-labels-idx1-ubyte.gz": gzip_bytes(idx_bytes(labels), level),
-    }
 
 
 def mnist_like(style: str, seed: int) -> dict[str, bytes]:
@@ -449,152 +400,6 @@ def write_fixtures(out_dir: str | Path, datasets: tuple[str, ...] = DATASETS) ->
             files.write_bytes(Path(out_dir) / ds / name, data)
         out[ds] = {name: len(data) for name, data in blobs.items()}
     return out
-
-
-# --- full-size look-alikes (the benchmark's prepare section) ------------------------------
-
-# Review lengths: log-normal with median e^6.98 = 1075 and sigma 0.63, clipped to the real
-# corpus's [52, 13704] characters: mean ~1310 characters overall, ~89 % of reviews >= 500
-# characters and a mean ~1430 of those (the paper's 22.2K kept reviews and 1430 steps).
-IMDB_LOGN = (6.98, 0.63)
-IMDB_CLIP = (52, 13_704)
-FULL_SIZE_LEVEL = 6  # gzip's default: level 9 is much slower on ~100 MB and the bench times this
-
-
-def imdb_lengths(n: int, rng: np.random.Generator) -> np.ndarray:
-    mu, sigma = IMDB_LOGN
-    return np.clip(rng.lognormal(mu, sigma, n), *IMDB_CLIP).astype(np.int64)  # (n,)
-
-
-def write_imdb_like(path: Path, reviews_per_split: int, seed: int = 0) -> dict[str, Any]:
-    """An aclImdb_v1.tar.gz look-alike: {train,test}/{pos,neg}/<id>_<rating>.txt with
-    reviews_per_split reviews per split (half per class) of IMDB-like lengths; word soup
-    from a Zipf vocabulary with IMDB's punctuation and <br /> tags, so that the character
-    statistics (and so the 60-symbol alphabet) look like English text. Returns counts and
-    the archive's size in MiB."""
-    rng = np.random.default_rng(seed)
-    letters = np.array(list("etaoinshrdlcumwfgypbvkjxqz"))
-    freq = np.array(
-        [
-            12.7,
-            9.1,
-            8.2,
-            7.5,
-            7.0,
-            6.7,
-            6.3,
-            6.1,
-            6.0,
-            4.3,
-            4.0,
-            2.8,
-            2.8,
-            2.4,
-            2.4,
-            2.2,
-            2.0,
-            2.0,
-            1.9,
-            1.5,
-            1.0,
-            0.8,
-            0.15,
-            0.15,
-            0.1,
-            0.07,
-        ]
-    )
-    words = [
-        "".join(rng.choice(letters, size=int(k), p=freq / freq.sum())) for k in rng.integers(1, 11, 4000)
-    ]
-    words += [w.capitalize() for w in words[:1500:3]]  # sentence starts and names
-    # rarer symbols real reviews have, so that the alphabet fills its 60 symbols
-    words += [
-        "(1999)",
-        "7/10",
-        "3/10",
-        '"great"',
-        "it's",
-        "don't",
-        "-",
-        "--",
-        "...",
-        ":",
-        ";",
-        "&",
-        "$5",
-        "100%",
-        "#1",
-        "café",
-        "über",
-        "señor",
-        "Zoë",
-        "[sic]",
-        "*",
-        "Q&A",
-        "e-mail",
-        "X-Men",
-        "JFK",
-        "UK",
-        "TV",
-        "DVD",
-        "OK",
-        "WWII",
-        "Y2K",
-        "B+",
-        "Jr.",
-        "4",
-        "8",
-        "6",
-        "2",
-    ]
-    vocab = np.array(
-        [w + sep for w in words for sep in (" ", ", ", ". ", " ", "! ", "? ", " ")], dtype=object
-    )
-    rng.shuffle(vocab)
-    zipf = 1.0 / np.arange(1, len(vocab) + 1) ** 1.05
-    n = 2 * reviews_per_split
-    lengths = imdb_lengths(n, rng)
-    chunks = rng.choice(len(vocab), size=int(lengths.sum() // 4) + 1000, p=zipf / zipf.sum())
-    text = "".join(vocab[chunks].tolist())
-    text = text.replace("x. ", "x.<br /><br />")  # IMDB's line breaks, ~ every few hundred chars
-    members: dict[str, bytes] = {}
-    pos = 0
-    for i in range(n):
-        split = "train" if i < reviews_per_split else "test"
-        j = i % reviews_per_split
-        label = "pos" if j % 2 else "neg"
-        rating = int(rng.integers(7, 11) if label == "pos" else rng.integers(1, 5))
-        body = text[pos : pos + int(lengths[i])]
-        members[f"aclImdb/{split}/{label}/{j // 2}_{rating}.txt"] = body.encode("utf-8")
-        pos = (pos + int(lengths[i])) % max(len(text) - IMDB_CLIP[1], 1)
-    files.write_bytes(path, tar_gz_bytes(members, FULL_SIZE_LEVEL))
-    return {
-        "reviews": n,
-        "chars": int(lengths.sum()),
-        "mean_chars": float(lengths.mean()),
-        "archive_mb": path.stat().st_size / 2**20,
-    }
-
-
-def write_idx_like(folder: Path, n_train: int, n_test: int, seed: int = 0) -> dict[str, Any]:
-    """MNIST-format gzipped IDX files (28 x 28 uint8, labels 0..9): strokes on black, so the
-    files compress about like MNIST's. Returns the image count and the files' size in MiB."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:28, 0:28]
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        images = np.empty((n, 28, 28), dtype=np.uint8)
-        for i in range(0, n, 5000):  # rings of random centre, radius and thickness
-            m = min(5000, n - i)
-            c = rng.uniform(9, 19, (m, 2, 1, 1))
-            radius = rng.uniform(4, 9, (m, 1, 1))
-            d = np.hypot(yy - c[:, 0], xx - c[:, 1])  # (m, 28, 28)
-            ink = np.clip(1.6 - np.abs(d - radius), 0, 1)  # (m, 28, 28)
-            images[i : i + m] = (ink * 255).astype(np.uint8)
-        labels = rng.integers(0, 10, n, dtype=np.uint8)
-        for name, data in idx_files(prefix, images, labels, FULL_SIZE_LEVEL).items():
-            files.write_bytes(folder / name, data)
-    return {"images": n_train + n_test, "archive_mb": sum(p.stat().st_size for p in folder.iterdir()) / 2**20}
 
 
 def configure(p: argparse.ArgumentParser) -> None:

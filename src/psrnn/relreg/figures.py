@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 
@@ -136,19 +136,28 @@ def loading_run(s: RelRegSuite, stem: str) -> Run | None:
     protos = [e for e in s.experiments if s.settings[e].get("model") == "proto"]
     for exp in dict.fromkeys(preferred + protos):
         for run in s.runs.get(exp, []):
-            if (run.dir / "loading.npz").is_file():
+            if load_npz(run.dir / "loading.npz") is not None:  # present and readable
                 return run
     return None
 
 
-def fig43_loading_steps(s: RelRegSuite) -> Figure:
-    stem = "fig43_loading_steps"
+def loading(s: RelRegSuite, stem: str) -> tuple[Run, dict[str, np.ndarray]] | Figure:
+    """(the run shown, its loading.npz arrays), or the placeholder figure saying none is there."""
     run = loading_run(s, stem)
-    if run is None:
+    z = None if run is None else load_npz(run.dir / "loading.npz")
+    if run is None or z is None:
         return _placeholder(
             _figure(s, FIGURE_TITLES[stem], 6.4, 2.5), "no finished proto run with loading.npz"
         )
-    z = load_npz(run.dir / "loading.npz")
+    return run, z
+
+
+def fig43_loading_steps(s: RelRegSuite) -> Figure:
+    stem = "fig43_loading_steps"
+    found = loading(s, stem)
+    if isinstance(found, Figure):
+        return found
+    run, z = found
     steps, inputs, targets = z["steps"], z["inputs"], z["targets"]  # (S, T, K), (S, T), (S, T - 1)
     shown, (t, k) = min(2, steps.shape[0]), steps.shape[1:]
     fig = _figure(
@@ -172,6 +181,7 @@ def fig43_loading_steps(s: RelRegSuite) -> Figure:
         number = "".join(str(b) for b in inputs[i, 1:])
         ax.set_title(f"input {number} (LSB first)", fontsize=8)
         ax.set_ylabel("step: input bit → target bit" if i == 0 else "")
+    assert image is not None
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="loading probability")
     return fig
 
@@ -180,12 +190,10 @@ def fig44_loading_epochs(s: RelRegSuite) -> Figure:
     """Left: fraction of loading probabilities per bin (log colour) for every epoch; right:
     the histograms of a few epochs stacked, start at the back (the thesis' 3-D stack)."""
     stem = "fig44_loading_epochs"
-    run = loading_run(s, stem)
-    if run is None:
-        return _placeholder(
-            _figure(s, FIGURE_TITLES[stem], 6.4, 2.5), "no finished proto run with loading.npz"
-        )
-    z = load_npz(run.dir / "loading.npz")
+    found = loading(s, stem)
+    if isinstance(found, Figure):
+        return found
+    run, z = found
     hist, edges = z["hist"].astype(np.float64), z["bins"].astype(np.float64)  # (E + 1, B), (B + 1)
     if hist.size == 0:
         return _placeholder(
@@ -238,6 +246,6 @@ def figure_builders(s: RelRegSuite) -> list[tuple[str, Any]]:
 def write_figures(s: RelRegSuite, fig_dir: Path) -> list[Path]:
     written = []
     for stem, build in figure_builders(s):
-        with matplotlib.rc_context(STYLE):
+        with matplotlib.rc_context(cast(Any, STYLE)):
             written += save(build(), fig_dir / stem)
     return written

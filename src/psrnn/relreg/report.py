@@ -268,7 +268,7 @@ def best_lines(s: RelRegSuite) -> list[str]:
     out = []
     for k in sorted({int(b) for r in s.reference["table45"] for b in r["acc"]}):
         theirs = [(100 * float(r["acc"][k]), r["model"]) for r in s.reference["table45"] if k in r["acc"]]
-        ours = [(per_length(s, e, k).mean, ref["model"]) for ref, e in rows(s) if e]
+        ours = [(per_length(s, e, k).mean, ref["model"]) for ref, e in rows(s) if e and ref]
         out.append(f"- Best at {k} bits: thesis {_best(theirs)}; ours {_best(ours)}.")
     return out
 

@@ -160,7 +160,8 @@ def rows(s: Suite, extra: bool = False) -> list[tuple[dict[str, Any] | None, str
     then every other enabled experiment (its figure-only reference row or None)."""
     out: list[tuple[dict[str, Any] | None, str | None]] = []
     for ref in s.reference["table45"]:
-        out += [(ref, e) for e in s.experiments_for(ref["id"]) or [None]]
+        exps: list[str | None] = list(s.experiments_for(ref["id"])) or [None]
+        out += [(ref, e) for e in exps]
     if extra:
         known = reference_rows(s.reference)
         listed = {e for _, e in out}
@@ -174,9 +175,8 @@ def cells(s: Suite, extra: bool = False) -> list[dict[str, Any]]:
     for ref, exp in rows(s, extra):
         for k in bit_counts(s):
             seq, bit, paper = per_length(s, exp, k), per_length(s, exp, k, "bit_acc"), paper_value(ref, k)
-            tested = [
-                r.metrics["test"][str(k)] for r in s.runs.get(exp, []) if str(k) in r.metrics.get("test", {})
-            ]
+            runs = s.runs.get(exp or "", [])
+            tested = [r.metrics["test"][str(k)] for r in runs if str(k) in r.metrics.get("test", {})]
             out.append(
                 {
                     "ref": ref["id"] if ref else "",

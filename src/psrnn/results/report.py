@@ -2,11 +2,10 @@
 
     python -m psrnn compile --config config/paper.yaml   # -> results/paper/REPORT.md, metrics.json
 
-One line per paper number: the paper's value, ours (mean ± std, 95% t-interval cut to the
-range the number can take and marked when uninformative, n seeds), the difference and a
-verdict; paired same-seed comparisons of private/shared against full share and the GRU
-baseline; the runs' commits, machines and compute time; runs whose training diverged;
-every deviation from the paper's protocol, once, in one table; and the compiled figures.
+The runs' commits, machines and compute time; runs whose training diverged; every
+deviation from the paper's protocol, once, in one table; one line per paper number and the
+paired same-seed comparisons (psrnn.results.numbers); what is missing; and the compiled
+figures.
 """
 
 from __future__ import annotations
@@ -16,34 +15,16 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from psrnn import config as C
+from psrnn.datasets import REGISTRY
 from psrnn.results import FIGURE_TITLES as TITLES
 from psrnn.results import fmt
-from psrnn.results.collect import Run, Suite, manifest_stats
-from psrnn.results.stats import (
-    MISSING,
-    PP,
-    WIDE_PP,
-    Summary,
-    bounded,
-    difference_verdict,
-    paired,
-    t_quantile,
-    verdict,
-)
-from psrnn.results.tables import (
-    DATASET_LABEL,
-    MODEL_LABEL,
-    accuracy,
-    best_experiment,
-    loss,
-    metric,
-    params,
-    settings_diffs,
-    table2_experiments,
-)
+from psrnn.results.collect import Run, Suite
+from psrnn.results.numbers import paired_lines, params_lines, table1_lines, table2_lines, table4_lines
+from psrnn.results.tables import DATASET_LABEL, metric, settings_diffs
 
 PAPER_PATIENCE = 50
-PAPER_IMAGE_STEPS = {"mnist": 784, "fmnist": 784, "cifar10": 1024}
+# steps of the official images (the paper trains on them whole): 784, 784, 1024
+PAPER_IMAGE_STEPS = {name: ds.image_side**2 for name, ds in REGISTRY.items() if ds.image_side}
 
 
 def all_runs(s: Suite) -> list[Run]:
@@ -134,11 +115,11 @@ def _grouped(found: list[tuple[str, str, str, str]]) -> dict[tuple[str, str, str
     """(setting, paper, ours, name) -> {(setting, paper, ours): [names]}, rows of one setting
     next to each other, otherwise in first-seen order."""
     groups: dict[tuple[str, str, str], list[str]] = {}
-    for *key, name in found:
-        names = groups.setdefault(tuple(key), [])
+    for setting, paper, ours, name in found:
+        names = groups.setdefault((setting, paper, ours), [])
         if name not in names:
             names.append(name)
-    first = {}
+    first: dict[str, int] = {}
     for key in groups:
         first.setdefault(key[0], len(first))
     return dict(sorted(groups.items(), key=lambda kv: first[kv[0][0]]))
@@ -294,175 +275,6 @@ def diverged_lines(s: Suite) -> list[str]:
     ]
 
 
-# --- one line per paper number --------------------------------------------------------------
-
-
-def number_row(
-    what: str, paper: float | None, ours: Summary, paper_scale: bool, digits: int, paper_digits: int
-) -> str:
-    diff = ours.mean - paper if paper is not None and ours.n else math.nan
-    cells = [
-        what,
-        fmt.num(paper, paper_digits),
-        fmt.mean_std(ours, digits),
-        fmt.ci(ours, digits),
-        str(ours.n),
-        fmt.signed(diff, digits),
-        verdict(paper, ours, paper_scale),
-    ]
-    return "| " + " | ".join(fmt.md(c) for c in cells) + " |"
-
-
-NUMBER_HEADER = [
-    "| Paper number | Paper | Ours (mean ± std) | 95% CI | n | Δ | Verdict |",
-    "|---|---:|---:|---:|---:|---:|---|",
-]
-
-
-def ci_notes(shown: list[Summary]) -> list[str]:
-    """The notes under a table for the marks `fmt.ci` gave its intervals; [] for none."""
-    flagged = [x for x in shown if x.uninformative]
-    if not flagged:
-        return []
-    ts = ", ".join(f"{t_quantile(n):.2f} for n = {n}" for n in sorted({x.n for x in flagged}))
-    notes = [
-        f"Uninformative intervals: with n seeds the 95% interval is mean ± t · std / √n, "
-        f"with t = {ts}: few seeds give wide intervals."
-    ]
-    if any(x.wide for x in flagged):
-        notes.append(f"{fmt.WIDE_MARK} wider than {WIDE_PP:g} pp, too wide to tell the paper's models apart.")
-    if any(x.clipped for x in flagged):
-        notes.append(
-            f"{fmt.CLIPPED_MARK} clipped: the interval ran past the range the number can take "
-            "(0 to 100 % for an accuracy, −100 to 100 pp for a difference of two, at least 0 "
-            "for a loss) and is shown cut to it; the uncut one is mean ± t · std / √n from "
-            "the same row."
-        )
-    return ["", *[f"- {n}" for n in notes]]
-
-
-def table2_lines(s: Suite) -> list[str]:
-    lines, shown = list(NUMBER_HEADER), []
-    for ref in s.reference["table2"]:
-        for exp in s.experiments_for(ref["id"]) or [None]:
-            acc = accuracy(s, exp) if exp else MISSING
-            shown.append(acc)
-            lines.append(
-                number_row(
-                    f"{ref['id']} accuracy % ({exp or 'no experiment'})", ref["acc"], acc, s.paper_scale, 2, 1
-                )
-            )
-    return lines + ci_notes(shown)
-
-
-def table4_lines(s: Suite) -> list[str]:
-    lines, shown = list(NUMBER_HEADER), []
-    for ref in s.reference["table4"]:
-        for exp in s.experiments_for(ref["id"]) or [None]:
-            for key, label, digits, pd in (
-                ("acc", "accuracy %", 2, 1),
-                ("main_loss", "main loss", 3, 3),
-                ("aux_loss", "aux loss", 3, 3),
-            ):
-                if ref[key] is None:
-                    continue  # the paper prints "-" (no auxiliary task at 0% shared)
-                if not exp:
-                    ours = MISSING
-                elif key == "acc":
-                    ours = accuracy(s, exp)
-                else:
-                    ours = loss(s, exp, {"main_loss": "test_main_loss", "aux_loss": "test_aux_loss"}[key])
-                shown.append(ours)
-                lines.append(
-                    number_row(
-                        f"{ref['id']} {label} ({exp or 'no experiment'})",
-                        ref[key],
-                        ours,
-                        s.paper_scale,
-                        digits,
-                        pd,
-                    )
-                )
-    return lines + ci_notes(shown)
-
-
-def params_lines(s: Suite) -> list[str]:
-    lines = ["| Paper number | Paper | Ours | Ours / paper |", "|---|---:|---:|---:|"]
-    rows = [(r["id"], r["params"]) for r in s.reference["table2"]] + [
-        (r["id"], r["params"]) for r in s.reference["table4"]
-    ]
-    for ref_id, paper in rows:
-        for exp in s.experiments_for(ref_id) or [None]:
-            p = params(s, exp) if exp else math.nan
-            ratio = fmt.num(p / paper, 2) if not math.isnan(p) else fmt.DASH
-            lines.append(
-                f"| {ref_id} #params ({exp or 'no experiment'}) | {fmt.count(paper)} | "
-                f"{fmt.count(p)} | {ratio} |"
-            )
-    return lines
-
-
-def table1_lines(s: Suite) -> list[str]:
-    """Dataset statistics are deterministic: 'same' or 'differs', no interval."""
-    lines = ["| Paper number | Paper | Ours | Verdict |", "|---|---:|---:|---|"]
-    for ref in s.reference["table1"]:
-        m = s.manifests.get(ref["dataset"])
-        ours = manifest_stats(m) if m else {}
-        for key, label in (
-            ("mean_length", "mean length"),
-            ("classes", "classes"),
-            ("train", "train size"),
-            ("valid", "valid size"),
-        ):
-            o = ours.get(key)
-            if o is None:
-                v = "missing"
-            elif abs(o - ref[key]) <= 0.005 * ref[key]:
-                v = "same"
-            else:
-                v = f"differs ({100 * (o - ref[key]) / ref[key]:+.1f}%)"
-            shown = fmt.num(o, 1) if key == "mean_length" else fmt.integer(o)
-            lines.append(f"| table1/{ref['dataset']} {label} | {fmt.integer(ref[key])} | {shown} | {v} |")
-    return lines
-
-
-# --- paired comparisons ---------------------------------------------------------------------
-
-
-def by_seed(s: Suite, exp: str) -> dict[int, float]:
-    return {r.seed: r.value("test_acc") for r in s.runs.get(exp, []) if not math.isnan(r.value("test_acc"))}
-
-
-def paired_lines(s: Suite) -> list[str]:
-    """Best private/shared experiment vs best full share and best GRU, same seeds, per dataset
-    ("best" = highest mean validation accuracy among the dataset's table2 experiments)."""
-    lines = [
-        "| Dataset | Comparison | Experiments | Seeds | Mean difference (pp) | 95% CI | Reading |",
-        "|---|---|---|---|---:|---:|---|",
-    ]
-    shown = []
-    for ds in C.enabled_datasets(s.cfg):
-        ps = best_experiment(s, table2_experiments(s, ds, "ps"))
-        for other_kind in ("full", "gru"):
-            other = best_experiment(s, table2_experiments(s, ds, other_kind))
-            label = f"private/shared − {MODEL_LABEL[other_kind]}"
-            if ps is None or other is None:
-                missing = "private/shared" if ps is None else MODEL_LABEL[other_kind]
-                lines.append(
-                    f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
-                    f"{fmt.DASH} | missing (no finished {missing} run) |"
-                )
-                continue
-            diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
-            diff = bounded(diff, *PP, wide=WIDE_PP)
-            shown.append(diff)
-            lines.append(
-                f"| {DATASET_LABEL[ds]} | {label} | {ps} vs {other} | {seeds or fmt.DASH} | "
-                f"{fmt.signed(diff.mean)} | {fmt.ci(diff)} | private/shared {difference_verdict(diff)} |"
-            )
-    return lines + ci_notes(shown)
-
-
 # --- the report -----------------------------------------------------------------------------
 
 
@@ -520,6 +332,11 @@ def group_outputs(paths: list[str]) -> list[str]:
     ]
 
 
+def output_lines(outputs: list[str]) -> list[str]:
+    """The report's closing section: every compiled file, a figure's formats on one line."""
+    return ["", "## Outputs", "", *[f"- `{o}`" for o in group_outputs(outputs)], ""]
+
+
 def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
@@ -572,11 +389,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "## Missing",
             "",
             *missing_lines(s),
-            "",
-            "## Outputs",
-            "",
-            *[f"- `{o}`" for o in group_outputs(outputs)],
-            "",
+            *output_lines(outputs),
         ]
     )
     return "\n".join(parts)

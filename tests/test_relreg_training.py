@@ -1,0 +1,87 @@
+"""One Binary Counter run through `python -m psrnn train`: what it writes, that it is
+deterministic, resumes after an interruption, stops on a NaN loss, and that a final run
+reuses its search run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from psrnn import config as C
+from psrnn.cli import main
+from psrnn.files import read_json
+from psrnn.relreg import training as T
+
+CI = str(C.ROOT / "config" / "relreg-ci.yaml")
+POINT = "l2_cell-0.001_l2_noncell-0.001_noise-0.1"
+
+
+def train(out, *extra):
+    args = ["train", "--config", CI, "--experiment", "proto_both", "--seed", "0", "--out", str(out)]
+    return main([*args, "--point", POINT, "--threads", "1", *extra])
+
+
+def test_run_writes_the_contract(tmp_path):
+    assert train(tmp_path / "a") == 0
+    m = read_json(tmp_path / "a" / "metrics.json")
+    assert (m["study"], m["model"], m["point"], m["epochs_run"]) == ("relreg", "proto", POINT, 5)
+    assert set(m["test"]) == {"6", "8"} and m["test"]["6"]["count"] == 64  # all 6-bit numbers
+    assert 0 <= m["test"]["8"]["seq_acc"] <= m["test"]["8"]["bit_acc"] <= 1
+    assert m["test_acc"] == pytest.approx((m["test"]["6"]["seq_acc"] + m["test"]["8"]["seq_acc"]) / 2)
+    assert m["config"]["noise"] == 0.1 and m["cell_params"] > 0 and m["params"] > m["cell_params"]
+    history = (tmp_path / "a" / "history.csv").read_text().splitlines()
+    assert history[0] == ",".join(T.HISTORY_COLUMNS) and len(history) == 1 + 5
+    z = np.load(tmp_path / "a" / "loading.npz")
+    assert z["steps"].shape == (4, 10, 4) and np.allclose(z["steps"].sum(-1), 1, atol=1e-5)
+    assert z["hist"].shape == (1 + 5, T.HIST_BINS) and np.allclose(z["hist"].sum(1), 1)
+    assert z["inputs"][0].tolist() == [2, 0, 0, 1, 1, 1, 1, 1, 1, 1]  # the thesis' Figure 4.3 example
+
+
+def test_same_seed_same_numbers_and_an_interrupted_run_resumes(tmp_path, monkeypatch):
+    train(tmp_path / "whole")
+    real = T.train_epoch
+    calls = {"n": 0}
+
+    def dies_in_epoch_3(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(T, "train_epoch", dies_in_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "cut")
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    monkeypatch.setattr(T, "train_epoch", real)
+    train(tmp_path / "cut")
+    whole, cut = read_json(tmp_path / "whole" / "metrics.json"), read_json(tmp_path / "cut" / "metrics.json")
+    for key in ("test", "best_valid_acc", "best_epoch", "valid_main_loss", "train_loss"):
+        assert cut[key] == whole[key], key
+    assert (tmp_path / "cut" / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
+
+
+def test_changed_settings_are_named_and_nan_stops_the_run(tmp_path, monkeypatch, capsys):
+    train(tmp_path / "a")
+    assert train(tmp_path / "a", "--set", "epochs=6") == 2
+    assert "epochs" in capsys.readouterr().err
+    monkeypatch.setattr(T, "penalty", lambda *a: __import__("torch").tensor(math.nan))
+    assert train(tmp_path / "b") == 2
+    err = capsys.readouterr().err
+    assert "training loss is not finite in epoch 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b" / "metrics.json").exists()
+
+
+def test_final_run_reuses_its_search_run(tmp_path, capsys):
+    train(tmp_path / "search")
+    search = read_json(tmp_path / "search" / "metrics.json")
+    args = ["train", "--config", CI, "--experiment", "proto_both", "--seed", "0", "--threads", "1"]
+    # a final run with the selected point's settings (no --point) is the same run
+    sel = tmp_path / "selected.json"
+    overrides = {"l2_cell": 0.001, "l2_noncell": 0.001, "noise": 0.1}
+    sel.write_text(json.dumps({"experiment": "proto_both", "point": POINT, "overrides": overrides}))
+    out = tmp_path / "final"
+    main([*args, "--selected", str(sel), "--out", str(out), "--reuse", str(tmp_path / "search")])
+    assert "reusing" in capsys.readouterr().out
+    final = read_json(out / "metrics.json")
+    assert final["test"] == search["test"] and final["best_epoch"] == search["best_epoch"]
