@@ -473,3 +473,22 @@ def test_schema_run_properties_are_the_runconfig_fields():
     props = set(schema["$defs"]["run"]["properties"])
     fields = {f.name for f in dataclasses.fields(C.RunConfig)}
     assert props == (fields - {"seed"}) | set(C.EXPERIMENT_META)
+
+
+@pytest.mark.parametrize("study", ["psrnn", "relreg"])
+def test_literal_run_fields_are_the_schema_enums(study):
+    """Each study's enum-like run settings are typed Literal[...] with exactly the schema's
+    choices, and the schema's run properties are the run settings' fields."""
+    import dataclasses
+    import typing
+
+    from psrnn import studies
+
+    cls = studies.load(studies.STUDIES[study].run_config)
+    hints = typing.get_type_hints(cls)
+    run = C.suite_schema(study)["$defs"]["run"]["properties"]
+    assert set(run) == ({f.name for f in dataclasses.fields(cls)} - {"seed"}) | set(C.EXPERIMENT_META)
+    literal = {k: typing.get_args(t) for k, t in hints.items() if typing.get_origin(t) is typing.Literal}
+    assert len(literal) >= 4
+    for key, choices in literal.items():
+        assert tuple(run[key]["enum"]) == choices, key

@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -34,8 +34,11 @@ SCHEMA_PATH = ROOT / "config" / "schema.yaml"
 
 DATASETS = tuple(REGISTRY)  # mnist, fmnist, cifar10, imdb, dbpedia (psrnn.datasets)
 TASKS = ("rec", "pred")
-OPTIMIZERS = ("sgdr", "adamwr", "adam")
-INITS = ("torch", "orthogonal", "chrono")
+# the choices of RunConfig's enum-like fields (config/schema.yaml lists the same; a test checks)
+Optimizer = Literal["sgdr", "adamwr", "adam"]
+Init = Literal["torch", "orthogonal", "chrono"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+INITS: tuple[str, ...] = get_args(Init)
 
 
 class ConfigError(UserError, ValueError):
@@ -47,7 +50,7 @@ class RunConfig:
     """Everything one training run depends on. Field comments are the documentation."""
 
     # --- data -------------------------------------------------------------------------
-    dataset: str = "mnist"  # one of DATASETS
+    dataset: Literal["mnist", "fmnist", "cifar10", "imdb", "dbpedia"] = "mnist"  # DATASETS
     data_dir: str = ""  # prepared dataset directory (train/valid/test .pt + manifest.json)
     # --- model ------------------------------------------------------------------------
     hidden: int = 128  # main GRU hidden size d
@@ -55,25 +58,23 @@ class RunConfig:
     tasks: tuple[str, ...] = ("rec",)  # auxiliary tasks: "rec" (backwards, before anchor), "pred" (after)
     anchors: int = 1  # anchors m per sequence
     window: int = 50  # window length l of each auxiliary task
-    sampling: str = (
-        "stratified"  # "stratified" (thesis 3.1: one draw in each of m regions) | "uniform" (Trinh et al.)
-    )
-    decoder_input: str = (
-        "teacher"  # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
-    )
+    # "stratified" (thesis 3.1: one draw in each of m regions) | "uniform" (Trinh et al.)
+    sampling: Literal["stratified", "uniform"] = "stratified"
+    # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
+    decoder_input: Literal["teacher", "estimate"] = "teacher"
     decoder_layers: int = 1  # GRU layers of each auxiliary decoder (its hidden size is r)
     aux_weight: float = 1.0  # total loss = CE + aux_weight * aux (paper: 1)
     embedding: int = 0  # text only: >0 learns a character embedding of this size (DBpedia: 100); 0 = one-hot
-    head: str = "linear"  # classifier on the full final state: "linear" | "mlp"
+    head: Literal["linear", "mlp"] = "linear"  # classifier on the full final state: "linear" | "mlp"
     head_hidden: int = 0  # width of the MLP head's hidden layer (0 = same as `hidden`)
     # main GRU: "torch" (PyTorch's uniform) | "orthogonal" (orthogonal recurrent blocks, zero
     # biases) | "chrono" (orthogonal + update-gate bias log U(1, T-1), T = mean training
     # length; models.init_recurrent)
-    init: str = "torch"
+    init: Init = "torch"
     # --- optimisation -----------------------------------------------------------------
     # "sgdr": SGD + momentum + warm restarts (paper) | "adamwr": AdamW + the same warm
     # restarts (Loshchilov & Hutter 2019) | "adam": Adam at a constant rate
-    optimizer: str = "sgdr"
+    optimizer: Optimizer = "sgdr"
     lr: float = 0.05
     momentum: float = 0.9  # SGD only
     weight_decay: float = 0.0  # L2 in the gradient (sgdr, adam); decoupled decay (adamwr)
@@ -97,7 +98,8 @@ class RunConfig:
         int, ...
     ] = ()  # record h_1..h_n after these many training epochs (Figure 3); 0 = at initialisation
     capture_samples: int = 1  # how many test sequences are recorded
-    progress: str = "auto"  # "auto" (bar on a terminal, plain lines otherwise) | "bar" | "plain"
+    # "auto" (a bar on a terminal, plain lines otherwise) | "bar" | "plain"
+    progress: Literal["auto", "bar", "plain"] = "auto"
 
     @property
     def shared_units(self) -> int:
