@@ -156,7 +156,7 @@ def job_counts(out: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
 
 
-@pytest.mark.parametrize("config", ["paper.yaml", "small.yaml"])
+@pytest.mark.parametrize("config", ["paper.yaml", "small.yaml", "relreg.yaml"])
 def test_snakemake_lint_is_clean(tmp_path, config):
     res = snakemake("--lint", "--configfile", str(ROOT / "config" / config), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
