@@ -17,6 +17,10 @@ from psrnn.relreg.transformer import TransformerModel
 SMALL = dict(hidden=8, cells=3, key_size=4, heads=2, layers=2, noise=0.0)
 
 
+def num(t: torch.Tensor) -> float:
+    return t.detach().item()
+
+
 def copy_lstmcell(ref: nn.LSTMCell, cell: ProtoLSTMCell, k: int) -> None:
     with torch.no_grad():
         cell.weight_ih[k] = ref.weight_ih
@@ -207,12 +211,12 @@ def test_l2_sums_every_parameter():
     model = tiny_proto()
     assert sum(p.numel() for p in model.cell_parameters()) == 40
     assert sum(p.numel() for p in model.noncell_parameters()) == 14
-    assert float(l2(model)) == pytest.approx(40 * 0.25 + 14 * 4.0)  # 66, biases included
+    assert num(l2(model)) == pytest.approx(40 * 0.25 + 14 * 4.0)  # 66, biases included
     lstm = LSTMModel(hidden=1)  # LSTM 4*3 + 4*1 + 4 + 4 = 24, head 4
     with torch.no_grad():
         for p in lstm.parameters():
             p.fill_(0.5)
-    assert float(l2(lstm)) == pytest.approx(28 * 0.25)
+    assert num(l2(lstm)) == pytest.approx(28 * 0.25)
 
 
 def test_cell_and_noncell_l2_split():
@@ -223,20 +227,20 @@ def test_cell_and_noncell_l2_split():
         id(model.cell.weight_hh),
         id(model.cell.bias),
     }
-    assert float(cell_noncell_l2(model, 1.0, 0.0)) == pytest.approx(10.0)
-    assert float(cell_noncell_l2(model, 0.0, 1.0)) == pytest.approx(56.0)
-    assert float(cell_noncell_l2(model, 0.1, 0.01)) == pytest.approx(1.0 + 0.56)
-    assert float(penalty(model, 0.5, 0.1, 0.01)) == pytest.approx(33.0 + 1.56)
+    assert num(cell_noncell_l2(model, 1.0, 0.0)) == pytest.approx(10.0)
+    assert num(cell_noncell_l2(model, 0.0, 1.0)) == pytest.approx(56.0)
+    assert num(cell_noncell_l2(model, 0.1, 0.01)) == pytest.approx(1.0 + 0.56)
+    assert num(penalty(model, 0.5, 0.1, 0.01)) == pytest.approx(33.0 + 1.56)
     lstm = LSTMModel(hidden=1)  # no proto cells: everything is non-cell
     assert cell_parameters(lstm) == []
-    assert float(cell_noncell_l2(lstm, 1.0, 0.0)) == 0.0
-    assert float(cell_noncell_l2(lstm, 0.0, 1.0)) == pytest.approx(float(l2(lstm)))
+    assert num(cell_noncell_l2(lstm, 1.0, 0.0)) == 0.0
+    assert num(cell_noncell_l2(lstm, 0.0, 1.0)) == pytest.approx(num(l2(lstm)))
 
 
 def test_penalty_is_exactly_zero_without_lambdas_and_has_the_l2_gradient():
     model = tiny_proto()
     zero = penalty(model, 0.0, 0.0, 0.0)
-    assert isinstance(zero, torch.Tensor) and zero.shape == () and float(zero) == 0.0
+    assert isinstance(zero, torch.Tensor) and zero.shape == () and num(zero) == 0.0
     penalty(model, 0.5, 0.1, 0.01).backward()
     # d/dw of (0.5 + 0.1) w^2 at 0.5 = 0.6; of (0.5 + 0.01) w^2 at 2.0 = 2.04
     assert torch.allclose(model.cell.bias.grad, torch.full_like(model.cell.bias, 0.6))
