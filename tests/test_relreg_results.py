@@ -308,6 +308,10 @@ def test_report_states_provenance_verdicts_and_readings(compiled):
     assert "Table 4.1 (lstm) | 30 |" in report
     assert "LSTM (with L2) 0.9972 at 8 bits (nearest 255/256 = 0.9961)" in report
     assert "0.7667 = 23/30" in report and "0.2 = 6/30" in report
+    # the reasons, with the rows' order at the longest length the thesis has (14 bits)
+    why = report.split("### Why")[1].split("## Figures")[0]
+    assert "At 14 bits the thesis ranks Ours (with both regularizations) 99.60 > LSTM (with L2) 99.49" in why
+    assert "; ours: " in why and "**Metric.**" in why
     assert "6 bits: all 64" in report and "12 bits: 1,024 distinct random" in report
     assert "0.9959 (probably 16 bits)" in report
     for stem, title in R.FIGURE_TITLES.items():
