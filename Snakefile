@@ -244,7 +244,7 @@ rule compile:
     input:
         runs=W.final_metrics(CFG),
         manifests=W.manifests(CFG),
-        reference=W.reference_file(CFG),
+        reference=workflow.source_path(W.reference_file(CFG)),
     output:
         [reported(f) for f in W.compile_outputs(CFG)],
     log:

@@ -156,8 +156,9 @@ def report_item(path: str) -> tuple[str, dict[str, str]] | None:
 
 
 def reference_file(cfg: dict[str, Any]) -> str:
-    """The study's reference numbers (compile reads them)."""
-    return str(C.ROOT / studies.study_of(cfg).reference)
+    """The study's reference numbers (compile reads them), relative to the project root:
+    the Snakefile resolves it with workflow.source_path."""
+    return studies.study_of(cfg).reference
 
 
 def compile_report(cfg: dict[str, Any]) -> str:
