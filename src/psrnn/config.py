@@ -434,9 +434,31 @@ def grid_points(exp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     `tied` (settings that vary together) when it has one. Point ids are stable and
     filesystem-safe: keys sorted, e.g. `hidden-64_lr-0.1`.
     """
-    grid = exp.get("grid") or {}
+    # cached by the grid's JSON: Snakemake asks for one point per job, and a full grid
+    # has thousands (config/relreg-full.yaml: 6,140), so rebuilding it each time is quadratic
+    return [(pid, dict(values)) for pid, values in _grid_points(_grid_key(exp))]
+
+
+def point_overrides(exp: dict[str, Any], point: str) -> dict[str, Any] | None:
+    """The settings of grid point `point` of `exp` (None: no such point)."""
+    found = _grid_index(_grid_key(exp)).get(point)
+    return None if found is None else dict(found)
+
+
+def _grid_key(exp: dict[str, Any]) -> str:
+    return json.dumps(exp.get("grid") or {}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_index(grid_json: str) -> dict[str, dict[str, Any]]:
+    return dict(_grid_points(grid_json))
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_points(grid_json: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    grid = json.loads(grid_json)
     if not grid:
-        return [("default", {})]
+        return (("default", {}),)
     keys = sorted(k for k in grid if k != TIED)
     points = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -444,7 +466,7 @@ def grid_points(exp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             values = {**dict(zip(keys, combo)), **tied}
             pid = "_".join(f"{k}-{_slug(values[k])}" for k in sorted(values))
             points.append((pid, values))
-    return points
+    return tuple(points)
 
 
 def _slug(value: Any) -> str:
@@ -493,12 +515,13 @@ def resolve_run(
     values: dict[str, Any] = dict(cfg.get("defaults", {}))
     values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
     if point is not None:
-        points = dict(grid_points(exp))
-        if point not in points:
+        chosen = point_overrides(exp, point)
+        if chosen is None:
+            known = [pid for pid, _ in grid_points(exp)]
             raise ConfigError(
-                f"experiments.{experiment}: unknown grid point {point!r}; known: {', '.join(points)}"
+                f"experiments.{experiment}: unknown grid point {point!r}; known: {', '.join(known)}"
             )
-        values.update(points[point])
+        values.update(chosen)
     values.update(selected or {})
     values.update(overrides or {})
     values["seed"] = seed

@@ -260,7 +260,7 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
         "job_env": cfg.get("job_env", {}),
         "defaults": cfg.get("defaults", {}),
         "experiment": exp,
-        "point": dict(C.grid_points(exp)).get(point) if point else None,
+        "point": C.point_overrides(exp, point) if point else None,
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
     return json.dumps(spec, sort_keys=True)
