@@ -85,3 +85,26 @@ def test_final_run_reuses_its_search_run(tmp_path, capsys):
     assert "reusing" in capsys.readouterr().out
     final = read_json(out / "metrics.json")
     assert final["test"] == search["test"] and final["best_epoch"] == search["best_epoch"]
+
+
+def test_every_model_setting_reaches_the_model(tmp_path):
+    """slots (RMC memory rows) is built as configured: the head reads slots x width units."""
+    from psrnn.relreg.config import RelRegConfig
+    from psrnn.relreg.models import build_model
+
+    cfg = RelRegConfig(
+        model="rmc",
+        hidden=8,
+        key_size=4,
+        heads=2,
+        slots=2,
+        epochs=1,
+        train_size=32,
+        valid_bits=(4,),
+        test_bits=(6,),
+        test_count=16,
+    )
+    m = T.train(cfg, tmp_path, {"experiment": "t"})
+    two = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=2)
+    one = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=1)
+    assert m["params"] == sum(p.numel() for p in two.parameters()) != sum(p.numel() for p in one.parameters())

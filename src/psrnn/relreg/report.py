@@ -19,12 +19,12 @@ from psrnn.relreg.results import (
     RelRegSuite,
     bit_counts,
     cells,
-    hours,
     per_length,
     rows,
     short,
 )
 from psrnn.results import fmt
+from psrnn.results.report import hours
 from psrnn.results.tables import Table, to_markdown
 
 

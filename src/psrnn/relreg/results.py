@@ -21,7 +21,6 @@ experiments and runs show "—"; the same runs give byte-identical files.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from psrnn import config as C
 from psrnn.files import read_json, write_json, write_text
 from psrnn.results import TABLE_FORMATS, fmt
 from psrnn.results.collect import Suite, load_reference, load_runs, load_settings
+from psrnn.results.report import hours
 from psrnn.results.stats import PERCENT, WIDE_PP, Summary, bounded, summarize, verdict
 from psrnn.results.tables import Table, to_csv, to_latex, to_markdown
 
@@ -291,14 +291,6 @@ def summary_metrics(s: Suite) -> dict[str, Any]:
         },
         "experiments": exps,
     }
-
-
-def hours(metrics: list[dict[str, Any]]) -> dict[str, float]:
-    """Summed wall time in hours per device type (cpu, cuda, ...)."""
-    out: dict[str, float] = defaultdict(float)
-    for m in metrics:
-        out[str(m.get("device") or "unknown")] += float(m.get("wall_time_s") or 0.0) / 3600.0
-    return dict(sorted(out.items()))
 
 
 # --- compile ------------------------------------------------------------------------------------

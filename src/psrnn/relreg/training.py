@@ -231,6 +231,7 @@ def train(
         heads=cfg.heads,
         layers=cfg.layers,
         noise=cfg.noise,
+        slots=cfg.slots,
     ).to(device)
     opt = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
