@@ -316,6 +316,24 @@ def test_apptainer_args_keep_nv_and_bind_data_linked_out_of_the_checkout(tmp_pat
     assert W.apptainer_args("--nv", cfg) == f"--nv --bind {scratch / 'small'}"
 
 
+def test_apptainer_args_bind_local_archive_folders_outside_the_checkout(tmp_path, monkeypatch):
+    """config/quick-imdb.yaml reads the reviews from ../shared/data/imdb: the download job
+    in the container must see that folder; folders inside the checkout, missing folders
+    and URLs need no bind."""
+    checkout, archives = tmp_path / "checkout", tmp_path / "shared" / "imdb"
+    (checkout / "fx" / "mnist").mkdir(parents=True)
+    archives.mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    cfg = C.load_suite(ROOT / "config" / "quick-imdb.yaml")
+    cfg["datasets"]["imdb"]["source"]["mirrors"] = ["../shared/imdb", "../nowhere", "https://example.org/x/"]
+    mnist = {"local_dir": "fx/mnist", "md5": "fx/mnist/MD5SUMS"}
+    cfg["datasets"]["mnist"] = {"enabled": True, "source": mnist}
+    assert W.source_folders(cfg)[:2] == [Path("fx/mnist"), Path("fx/mnist")]
+    assert W.apptainer_args("", cfg) == f"--nv --bind {archives}"
+    cfg["datasets"]["imdb"]["enabled"] = False
+    assert W.apptainer_args("", cfg) == "--nv"
+
+
 def test_local_gpu_slots_are_the_hosts_gpus_times_jobs_per_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert W.local_gpu_slots(C.load_suite(SMALL)) == 4

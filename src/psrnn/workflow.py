@@ -379,15 +379,32 @@ def check_image(image: str | None, basedir: str | Path) -> None:
         )
 
 
+def source_folders(cfg: dict[str, Any]) -> list[Path]:
+    """The local folders the download jobs read: each enabled dataset's `source.local_dir`,
+    its mirrors that are folder paths and the folder of an md5sum file (as written, so
+    relative to the working directory: the checkout)."""
+    out = []
+    for dataset in C.enabled_datasets(cfg):
+        src = cfg["datasets"][dataset].get("source") or {}
+        md5 = src.get("md5")
+        folders = [src.get("local_dir"), *(src.get("mirrors") or [])]
+        folders += [str(Path(md5).parent)] if isinstance(md5, str) else []
+        out += [Path(f).expanduser() for f in folders if f and "://" not in f]
+    return out
+
+
 def apptainer_args(args: str, cfg: dict[str, Any]) -> str:
     """The user's --apptainer-args plus what the jobs need: --nv (the host's GPUs and
     driver; only a warning on a host without) and a --bind for data/ and results/
-    folders that are links to places outside the checkout, which Apptainer would not see."""
+    folders that are links to places outside the checkout, and for the datasets' local
+    archive folders outside it (config/quick-imdb.yaml's ../shared/data/imdb), which
+    Apptainer would not see."""
     words = shlex.split(args or "")
     if "--nv" not in words:
         words.append("--nv")
     here = Path.cwd().resolve()
-    for root in (C.data_root(cfg), C.results_root(cfg), C.data_root(cfg).parent, C.results_root(cfg).parent):
+    roots = (C.data_root(cfg), C.results_root(cfg), C.data_root(cfg).parent, C.results_root(cfg).parent)
+    for root in (*roots, *source_folders(cfg)):
         real = root.resolve()
         if root.exists() and not real.is_relative_to(here) and str(real) not in words:
             words += ["--bind", str(real)]
