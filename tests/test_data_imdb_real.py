@@ -73,6 +73,19 @@ def test_the_local_copy_is_fetched_from_the_mirror_and_checked_against_its_md5(p
 
 
 @needs_reviews
+def test_a_checkout_without_shared_reads_the_copy_in_data_archives(tmp_path):
+    """A GPU host gets the archive copied into the checkout's ignored data/archives/imdb/."""
+    checkout = tmp_path / "checkout"
+    (checkout / "data" / "archives" / "imdb").mkdir(parents=True)
+    (checkout / "data" / "archives" / "imdb" / ARCHIVE.name).symlink_to(ARCHIVE)
+    with contextlib.chdir(checkout):
+        record = download("imdb", tmp_path / "raw", options("source"), log=quiet)
+    got = record["files"][ARCHIVE.name]
+    assert got["url"].endswith("/checkout/data/archives/imdb/aclImdb_v1.tar.gz")
+    assert got["md5"] == "4ae2537c841187efb1dd9ca5c16fdf4b"
+
+
+@needs_reviews
 def test_the_official_checksum_refuses_the_repacked_copy(tmp_path):
     opts = {**options("source"), "md5": None}  # as paper.yaml / quick.yaml would check it
     with contextlib.chdir(C.ROOT), pytest.raises(UserError, match="7c2ac02c03563afcf9b574c7e56c153a"):
