@@ -15,6 +15,7 @@ import torch
 from psrnn import bench, machine
 from psrnn import config as C
 from psrnn.bench import budget, measure, report, speed
+from psrnn.bench import stored as stored_budget
 from psrnn.cli import UserError, main
 from psrnn.data import fixtures
 from psrnn.models import build_model, sample_anchors
@@ -329,6 +330,184 @@ def test_budget_with_one_cpu_thread_uses_process_cpu_time(monkeypatch, tmp_path)
     assert one["experiments"][0]["step_ms"] == pytest.approx(100.0)
     assert two["experiments"][0]["step_ms"] == pytest.approx(300.0)
     assert "process CPU time" in one["method"] and "wall clock" in two["method"]
+
+
+# --- the budget from stored times (--times-from) -------------------------------------------
+
+
+def _stored(tmp_path, suite, monkeypatch, legacy=False):
+    """A bench result of `suite`'s budget with fake GPU times (as `bench` writes it), its path."""
+
+    def fake(spec, isolate):  # the aux model's step is slower; validation batches are cheap
+        ms = 37.0 if spec.shared else 11.0
+        return {"status": "ok", "step_ms": {"min": ms}, "eval_batch_ms": ms / 4, "peak_mem_mb": 5.0}
+
+    monkeypatch.setattr(budget, "run_measurement", fake)
+    b = budget.bench_budget(suite, torch.device("cuda"), False, None, (1, 1), lambda m: None)
+    b.update(config="config/t.yaml", unit="GPU hours", device_name="NVIDIA H100 80GB HBM3")
+    if legacy:  # as written before the budget recorded its shapes
+        del b["shapes"]
+        for e in b["experiments"]:
+            del e["eval_batch_ms"]
+    result = {
+        "schema": report.SCHEMA,
+        "quick": False,
+        "command": "python -m psrnn bench --device cuda --only budget --config config/t.yaml",
+        "sections": ["budget"],
+        "environment": {
+            "device": "cuda",
+            "device_slug": "cuda-nvidia-h100-80gb-hbm3",
+            "device_name": "NVIDIA H100 80GB HBM3",
+            "torch_version": "2.11.0+cu130",
+            "cuda_version": "13.0",
+            "cudnn_version": 91900,
+            "psrnn_version": "0.1.0",
+            "python": "3.12.3",
+            "platform": "Linux",
+            "cpu_model": "Xeon",
+            "cpu_count": 16,
+            "torch_threads": 4,
+            "gpu_memory_gb": 79.2,
+        },
+        "measured_at": None if legacy else {"date": "2026-11-23T09:00:00+00:00", "commit": "abc1234"},
+        "notes": ["fake H100 times"],
+        "settings": {},
+        "budget": b,
+    }
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(result))
+    return path, result
+
+
+def _hours_by_name(b):
+    return {e["experiment"]: e["hours"] for e in b["experiments"]}
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_budget_from_stored_times_of_the_measured_config_is_the_stored_budget(monkeypatch, tmp_path, legacy):
+    monkeypatch.chdir(tmp_path)
+    path, stored = _stored(tmp_path, _suite(), monkeypatch, legacy)
+    monkeypatch.setattr(budget, "run_measurement", None)  # nothing is measured from here on
+    b = stored_budget.budget_from_file(_suite(), path, json.loads(path.read_text()))
+    want = _hours_by_name(stored["budget"])
+    assert _hours_by_name(b) == pytest.approx(want, rel=1e-12) and len(want) == 2
+    assert b["total_hours"] == pytest.approx(stored["budget"]["total_hours"], rel=1e-12)
+    src = b["times_from"]
+    assert src["file"] == str(path) and src["device_name"] == "NVIDIA H100 80GB HBM3"
+    assert ("predates recorded shapes" in src["match"]) == legacy
+    assert str(path) in b["method"] and "NVIDIA H100 80GB HBM3" in b["method"]
+    assert ("2026-11-23T09:00:00+00:00 at commit abc1234" in b["method"]) != legacy
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_budget_from_stored_times_with_a_three_point_grid_reuses_the_selected_search_run(
+    monkeypatch, tmp_path, legacy
+):
+    monkeypatch.chdir(tmp_path)
+    measured = _suite()
+    del measured["experiments"]["a"]["grid"]  # measured with one run per experiment
+    path, stored = _stored(tmp_path, measured, monkeypatch, legacy)
+    data = json.loads(path.read_text())
+    for seeds in ([0], [0, 1, 2]):
+        searched = _suite()  # a: lr grid of 3 points; b: none
+        searched["seeds"] = seeds
+        b = stored_budget.budget_from_file(searched, path, data)
+        # by hand from the stored times: 50K/100 steps + 10K/100 validation batches per epoch
+        e = {x["experiment"]: x for x in stored["budget"]["experiments"]}
+        step_a = e["a"]["step_ms"] / 1e3
+        eval_a = (e["a"]["epoch_s"] - 500 * step_a) / 100  # = 11 / 4 ms
+        assert eval_a == pytest.approx(11 / 4 / 1e3)
+        epoch_a = 500 * step_a + 100 * eval_a
+        # 3 search runs on the first seed; its final run is the selected one (not trained
+        # again); each further seed one final run; 10 epochs each
+        runs_a = 3 + len(seeds) - 1
+        got = {x["experiment"]: x for x in b["experiments"]}
+        assert got["a"]["runs"] == runs_a and got["a"]["grid_points"] == 3
+        assert got["a"]["hours"] == pytest.approx(runs_a * 10 * epoch_a / 3600, rel=1e-12)
+        epoch_b = 500 * 0.037 + 100 * 0.037 / 4
+        assert got["b"]["hours"] == pytest.approx(len(seeds) * 20 * epoch_b / 3600, rel=1e-12)
+        assert b["total_hours"] == pytest.approx(got["a"]["hours"] + got["b"]["hours"])
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_budget_from_stored_times_names_each_experiment_whose_shapes_are_missing(
+    monkeypatch, tmp_path, legacy
+):
+    monkeypatch.chdir(tmp_path)
+    path, _ = _stored(tmp_path, _suite(), monkeypatch, legacy)
+    other = _suite()
+    other["experiments"]["b"]["hidden"] = 9
+    other["experiments"]["c"] = {**other["experiments"]["a"], "dataset": "mnist", "hidden": 4}
+    with pytest.raises(UserError) as err:
+        stored_budget.budget_from_file(other, path, json.loads(path.read_text()))
+    msg = str(err.value)
+    assert "\n" not in msg and "2 experiment(s)" in msg
+    assert "b (hidden 9 here, 8 there" in msg and "c (" in msg and " a (" not in msg
+
+
+def test_bench_times_from_writes_the_recomputed_budget_and_names_its_source(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    path, stored = _stored(tmp_path, _suite(), monkeypatch)
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(json.dumps(_suite()))  # YAML reads JSON
+    args = ["bench", "--only", "budget", "--config", str(cfg), "--times-from", str(path)]
+    assert main([*args, "--out", str(tmp_path / "out"), "--name", "t-recomputed"]) == 0
+    r = json.loads((tmp_path / "out" / "t-recomputed.json").read_text())
+    assert r["environment"] == stored["environment"] and r["sections"] == ["budget"]
+    assert r["budget"]["total_hours"] == pytest.approx(stored["budget"]["total_hours"], rel=1e-12)
+    assert r["recomputed"]["from"] == str(path) and "--times-from" in r["command"]
+    md = (tmp_path / "out" / "t-recomputed.md").read_text()
+    assert "**Nothing was measured for this file.**" in md and f"`{path}`" in md
+    assert "2026-11-23T09:00:00+00:00 at commit abc1234" in md
+    capsys.readouterr()
+    # a missing shape, a device, another section, its own file as output: one line each, no traceback
+    other = _suite()
+    other["experiments"]["b"]["anchors"] = 3
+    cfg.write_text(json.dumps(other))
+    for extra in (
+        [],
+        ["--device", "cuda"],
+        ["--only", "budget,train"],
+        ["--out", str(tmp_path), "--name", "stored"],
+    ):
+        if extra and extra[0] == "--only":
+            cmd = [*args[:1], *args[3:], *extra]
+        else:
+            cmd = [*args, *extra]
+        if extra and extra[0] == "--out":
+            cfg.write_text(json.dumps(_suite()))
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert json.loads(path.read_text()) == stored  # not overwritten
+
+
+def test_quick_yaml_budget_from_the_stored_h100_quick_budget(monkeypatch, tmp_path):
+    """The committed H100 file measured config/quick.yaml's rows without a grid: recomputed
+    for those rows it gives its own hours; with a 3-point lr grid and one seed, 3 x each."""
+    monkeypatch.chdir(tmp_path)  # no prepared data: sizes and lengths as the file had them
+    path = C.ROOT / "results" / "bench" / "cuda-nvidia-h100-80gb-hbm3-quick-budget.json"
+    data = json.loads(path.read_text())
+    stored = {e["experiment"]: e for e in data["budget"]["experiments"]}
+    suite = C.load_suite(C.ROOT / "config" / "quick.yaml")
+    table2 = [n for n, e in suite["experiments"].items() if stored.get(n, {}).get("enabled")]
+    assert len(table2) == 13
+    as_measured = {**suite, "seeds": [0], "defaults": {**suite["defaults"], "max_epochs": 70}}
+    as_measured["experiments"] = {
+        n: {k: v for k, v in e.items() if k != "grid"} if n in table2 else e
+        for n, e in suite["experiments"].items()
+    }
+    b = stored_budget.budget_from_file(as_measured, path, data)
+    assert b["total_hours"] == pytest.approx(data["budget"]["total_hours"], rel=1e-12)
+    searched = {**as_measured, "experiments": {**as_measured["experiments"]}}
+    for n in table2:
+        searched["experiments"][n] = {**searched["experiments"][n], "grid": {"lr": [0.1, 0.3, 1.0]}}
+    b = stored_budget.budget_from_file(searched, path, data)
+    got = {e["experiment"]: e for e in b["experiments"]}
+    for n in table2:  # every epoch as the stored one: 3 search runs, the selected one reused
+        assert got[n]["runs"] == 3
+        assert got[n]["hours"] == pytest.approx(3 * 70 * stored[n]["epoch_s"] / 3600, rel=1e-12)
+    assert b["total_hours"] == pytest.approx(3 * data["budget"]["total_hours"], rel=1e-12)
 
 
 # --- memory --------------------------------------------------------------------------------

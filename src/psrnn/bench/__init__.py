@@ -5,6 +5,9 @@
     python -m psrnn bench --only train --shapes mnist --repeats 3
     python -m psrnn bench --only budget --merge    # redo one section, keep the others' numbers
     PYTHONPATH=src python -m psrnn bench --device cuda   # on a GPU machine, no install
+    python -m psrnn bench --only budget --config config/quick.yaml \
+        --times-from results/bench/cuda-nvidia-h100-80gb-hbm3-quick-budget.json \
+        --name cuda-nvidia-h100-80gb-hbm3-quick-budget-search   # a budget from stored GPU times
 
 Sections (`--only`, comma separated):
   train     one training step (forward, backward, clip, SGD step: `training.train_epoch`
@@ -24,7 +27,10 @@ Sections (`--only`, comma separated):
             the operators with the most self time (`profile`)
   budget    device hours of the whole paper config (experiments x seeds x grid points x
             max_epochs cap) from measured step times at each experiment's shapes (GPU: at
-            the full length; CPU: two shorter lengths, extrapolated, batch 32 scaled)
+            the full length; CPU: two shorter lengths, extrapolated, batch 32 scaled);
+            with --times-from FILE, from the times an earlier result (FILE) measured at
+            the same shapes, on this machine without a GPU (`stored`: nothing is measured;
+            the output keeps FILE's device and says where and when it measured)
   snakemake wall time of `snakemake -n` on the paper config
 Each target of the project is reported as met / not met / not measured; a section that
 fails is recorded in the output ("errors") and the others still run.
@@ -35,9 +41,10 @@ apart: the step includes `SequenceSplit.batch` as training does (synthetic data 
 On a CPU shared with other jobs use --threads 1 and read the process CPU times.
 
 Modules: `measure` (one measurement and its `Spec`), `speed` (train and options), `budget`
-(the compute budget model), `pipeline` (prepare and snakemake), `profile` (torch.profiler
-counts), `goals` (the targets and whether a result meets them), `report` (merge,
-Markdown); this one runs the chosen sections and writes the result.
+(the compute budget model), `stored` (the budget from a stored result's times),
+`pipeline` (prepare and snakemake), `profile` (torch.profiler counts), `goals` (the
+targets and whether a result meets them), `report` (merge, Markdown); this one runs the
+chosen sections and writes the result.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +76,10 @@ from psrnn.bench.speed import (
     bench_train,
     ratios,
 )
+from psrnn.bench.stored import budget_from_file, load_times, when
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json, write_text
-from psrnn.machine import bench_environment, load_average
+from psrnn.machine import bench_environment, git_commit, load_average
 
 # --- command line --------------------------------------------------------------------------
 
@@ -116,6 +125,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--budget-batch",
         type=int,
         help="time budget steps at this batch and scale linearly (default: 32 on CPU)",
+    )
+    p.add_argument(
+        "--times-from",
+        metavar="FILE",
+        help="budget only, nothing measured: each experiment's step and validation-batch times "
+        "from an earlier bench result (its .json) at the same shapes; an experiment it did not "
+        "measure is an error. The output keeps FILE's device and names FILE",
+    )
+    p.add_argument(
+        "--name",
+        help="output file name without .json/.md (default: the device slug; with --times-from "
+        "<device slug>-<config name>-budget-recomputed)",
     )
     p.add_argument(
         "--merge",
@@ -173,25 +194,31 @@ def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
 def run(args: argparse.Namespace) -> int:
     from psrnn.training import pick_device  # one device rule for training and bench
 
-    device = pick_device(args.device)
-    sections = parse_list(args.only, SECTIONS, "section")
-    shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
-    s = settings_for(args, device)
     config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
     out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))
-    threads = torch.get_num_threads()
-    try:
-        if s.threads:
-            torch.set_num_threads(s.threads)
-        result = benchmark(args, device, s, sections, shapes, config_path)
-    finally:
-        torch.set_num_threads(threads)  # in-process callers (tests) get their setting back
-    device_slug = result["environment"]["device_slug"]
-    json_path = out_dir / f"{device_slug}.json"
+    if args.times_from:
+        result = recomputed_budget(args, config_path)
+        name = args.name or f"{result['environment']['device_slug']}-{config_path.stem}-budget-recomputed"
+        if (out_dir / f"{name}.json").resolve() == Path(args.times_from).resolve():
+            raise UserError(f"--times-from {args.times_from}: the output would overwrite it (pick --name)")
+    else:
+        device = pick_device(args.device)
+        sections = parse_list(args.only, SECTIONS, "section")
+        shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
+        s = settings_for(args, device)
+        threads = torch.get_num_threads()
+        try:
+            if s.threads:
+                torch.set_num_threads(s.threads)
+            result = benchmark(args, device, s, sections, shapes, config_path)
+        finally:
+            torch.set_num_threads(threads)  # in-process callers (tests) get their setting back
+        name = args.name or result["environment"]["device_slug"]
+    json_path = out_dir / f"{name}.json"
     if args.merge and json_path.is_file():
         result = merge(read_json(json_path), result)
     write_json(json_path, result)
-    write_text(out_dir / f"{device_slug}.md", to_markdown(result))
+    write_text(json_path.with_suffix(".md"), to_markdown(result))
     for t in result["targets"]:
         print(
             f"target {t['status']:>12s}: {t['target']} {t['threshold']}"
@@ -199,6 +226,58 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"wrote {json_path} and {json_path.with_suffix('.md')} ({result['total_s']:.0f}s)")
     return 0
+
+
+def now_here() -> dict[str, Any]:
+    """When and at which commit of this code a result is made (read back by --times-from)."""
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit()}
+
+
+def recomputed_budget(args: argparse.Namespace, config_path: Path) -> dict[str, Any]:
+    """The budget section of `config_path` from the times stored in --times-from: a result
+    like `benchmark`'s, with the stored result's environment (where the times were measured)."""
+    if args.only and args.only.strip() != "budget":
+        raise UserError("--times-from recomputes the budget section only (--only budget)")
+    for flag, given in (
+        ("--quick", args.quick),
+        ("--merge", args.merge),
+        ("--device", args.device != "auto"),
+    ):
+        if given:
+            raise UserError(f"--times-from measures nothing on this machine: leave out {flag}")
+    t0 = time.perf_counter()
+    path = Path(args.times_from)
+    data = load_times(path)
+    suite = C.load_suite(config_path)
+    b = budget_from_file(suite, path, data)
+    env = data["environment"]
+    unit = "GPU hours" if env.get("device") == "cuda" else "CPU hours"
+    b.update(config=str(config_path), unit=unit, device_name=env.get("device_name"))
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "quick": False,
+        "command": command_line(args),
+        "sections": ["budget"],
+        "environment": env,  # the device the times were measured on, not this machine
+        "recomputed": {**now_here(), "from": b["times_from"]["file"]},
+        "load_average": {"start": None, "end": None},
+        "settings": data.get("settings", {}),
+        "memory_method": data.get("memory_method"),
+        "notes": list(args.note),
+        "budget": b,
+        "errors": {},
+    }
+    if data.get("packing"):  # the same device's jobs-per-GPU speed-ups: the packed hours
+        result["packing"] = data["packing"]
+        result["sections"] = ["packing", "budget"]
+    result["total_s"] = time.perf_counter() - t0
+    result["targets"] = targets(result)
+    print(
+        f"budget {config_path}: {b['total_hours']:.2f} {unit} on {env.get('device_name')}, "
+        f"times from {path} ({when(b['times_from'])})",
+        flush=True,
+    )
+    return result
 
 
 def benchmark(
@@ -227,6 +306,7 @@ def benchmark(
         "command": command_line(args),
         "sections": sections,
         "environment": env,
+        "measured_at": now_here(),
         "load_average": {"start": load_average(), "end": None},
         "settings": {
             **vars(s),

@@ -2,12 +2,15 @@
 
     python -m psrnn bench --only budget                                   # config/paper.yaml
     python -m psrnn bench --device cuda --only budget --config config/quick.yaml
+    python -m psrnn bench --only budget --config config/quick.yaml --times-from FILE.json
 
 Every run of the config (experiments x seeds x grid points) to its max_epochs cap: each
 experiment's step and validation-batch times are measured at its own shapes (GPU: at the
 full length; CPU: at two shorter lengths, extrapolated linearly in T, and with
 --budget-batch at a smaller batch, scaled linearly). Text is padded to each batch's
-longest sequence, as training draws its batches.
+longest sequence, as training draws its batches. `budget_hours` is the arithmetic from
+times to hours; `psrnn.bench.stored` feeds it the times of an earlier result (--times-from)
+instead of measuring them.
 """
 
 from __future__ import annotations
@@ -174,26 +177,43 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# What a step's time depends on: rows with the same values share one measurement. The
+# budget's output records them per measured shape ("shapes"), so that a later budget can
+# take its times from the file (psrnn.bench.stored, --times-from).
+SHAPE_FIELDS = (
+    "dataset",
+    "seq_len",
+    "features",
+    "input",
+    "hidden",
+    "shared",
+    "tasks",
+    "anchors",
+    "window",
+    "batch",
+    "embedding",
+    "decoder_layers",
+    "decoder_input",
+    "head",
+    "longest",
+    "max_tokens",
+)
+
+
 def shape_key(row: dict[str, Any]) -> tuple:
-    keys = (
-        "dataset",
-        "seq_len",
-        "features",
-        "input",
-        "hidden",
-        "shared",
-        "tasks",
-        "anchors",
-        "window",
-        "batch",
-        "embedding",
-        "decoder_layers",
-        "decoder_input",
-        "head",
-        "longest",
-        "max_tokens",
-    )
-    return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in keys)
+    return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in SHAPE_FIELDS)
+
+
+# How hours follow from the times: every budget's method (measured or --times-from) ends with it.
+ARITHMETIC = (
+    "epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
+    "every run to its max_epochs cap (early stopping only shortens it); "
+    "search = every grid point once (first seed), final = the other seeds x the "
+    "slowest grid point (the first seed's final run reuses its search run); "
+    "text padded to each batch's longest sequence (batches as "
+    "training draws them, bucketed where the config says so: seq_len is the "
+    "mean padded length)"
+)
 
 
 def budget_lengths(seq_len: int, window: int, anchors: int, device: torch.device, quick: bool) -> list[int]:
@@ -335,9 +355,41 @@ def bench_budget(
             f"{'-' if not peaks else round(max(peaks))} MB ({status})"
         )
 
+    b = budget_hours(suite, rows, measured, clock)
+    b["method"] = (
+        f"step ({'process CPU time, one thread' if clock == 'step_cpu_ms' else 'wall clock'}"
+        ", best of the repeats) and validation-batch times measured at each "
+        "experiment's hidden "
+        "size, shared units, anchors, window, batch and sequence length "
+        + (
+            "(timed at the full length)"
+            if device.type == "cuda" and not quick
+            else "(timed at two shorter lengths, extrapolated linearly in T)"
+        )
+        + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
+        + "; peak memory: the largest growth over the allocation before the first step, "
+        "of the timed steps and (GPU, text) of one step and validation batch at the "
+        "longest text's batch under the experiment's max_tokens; " + ARITHMETIC
+    )
+    return b
+
+
+def budget_hours(
+    suite: dict[str, Any], rows: list[dict[str, Any]], measured: dict[tuple, dict[str, Any]], clock: str
+) -> dict[str, Any]:
+    """The budget's arithmetic: hours of every run of `suite` (its `budget_shapes` rows) from
+    the step and validation-batch seconds of each shape (`measured`, by `shape_key`: timed
+    by `bench_budget` or read from a stored result by `psrnn.bench.stored`)."""
     experiments: dict[str, dict[str, Any]] = {}
+    shapes: dict[tuple, dict[str, Any]] = {}
     for row in rows:
-        m = measured[shape_key(row)]
+        key = shape_key(row)
+        m = measured[key]
+        s = shapes.setdefault(
+            key, {**{k: row[k] for k in SHAPE_FIELDS}, **m, "clock": clock, "experiments": []}
+        )
+        if row["experiment"] not in s["experiments"]:
+            s["experiments"].append(row["experiment"])
         e = experiments.setdefault(
             row["experiment"],
             {
@@ -377,6 +429,7 @@ def bench_budget(
         epoch_s = steps * m["step_s"] + evals * m["eval_batch_s"]
         e["epoch_s"].append(epoch_s)
         e["step_ms"] = m["step_s"] * 1e3
+        e["eval_batch_ms"] = m["eval_batch_s"] * 1e3
         e["grid_points"] += int(row["search"])
     total = {"enabled": 0.0, "disabled": 0.0}
     out = []
@@ -401,31 +454,11 @@ def bench_budget(
         out.append(e)
     return {
         "experiments": out,
+        # the times per measured shape: what `--times-from` reads back (psrnn.bench.stored)
+        "shapes": list(shapes.values()),
         # how many training jobs the config runs on one GPU (resources.train.jobs_per_gpu):
         # the report applies the packing section's speed-up at this many
         "jobs_per_gpu": int(((suite.get("resources") or {}).get("train") or {}).get("jobs_per_gpu", 1)),
         "total_hours": total["enabled"],
         "disabled_hours": total["disabled"],
-        "method": (
-            f"step ({'process CPU time, one thread' if clock == 'step_cpu_ms' else 'wall clock'}"
-            ", best of the repeats) and validation-batch times measured at each "
-            "experiment's hidden "
-            "size, shared units, anchors, window, batch and sequence length "
-            + (
-                "(timed at the full length)"
-                if device.type == "cuda" and not quick
-                else "(timed at two shorter lengths, extrapolated linearly in T)"
-            )
-            + (f", batch timed at {batch_cap} and scaled linearly" if batch_cap else "")
-            + "; peak memory: the largest growth over the allocation before the first step, "
-            "of the timed steps and (GPU, text) of one step and validation batch at the "
-            "longest text's batch under the experiment's max_tokens"
-            + "; epoch = ceil(train/B) steps + ceil(valid/B) validation batches; "
-            "every run to its max_epochs cap (early stopping only shortens it); "
-            "search = every grid point once (first seed), final = the other seeds x the "
-            "slowest grid point (the first seed's final run reuses its search run); "
-            "text padded to each batch's longest sequence (batches as "
-            "training draws them, bucketed where the config says so: seq_len is the "
-            "mean padded length)"
-        ),
     }

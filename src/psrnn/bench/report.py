@@ -21,6 +21,7 @@ from psrnn.bench.goals import (  # noqa: F401 (re-exports: the targets live in p
     targets,
 )
 from psrnn.bench.speed import VARIANT_LABELS
+from psrnn.bench.stored import when
 from psrnn.errors import UserError
 
 SECTIONS = ("train", "options", "packing", "profile", "prepare", "budget", "snakemake")
@@ -79,6 +80,11 @@ def _n(value: Any, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _hours(value: float) -> str:
+    """A budget's hours: one decimal below 100 (a 6-hour target needs it), whole above."""
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
 def _peak(value: Any) -> str:
     return value if isinstance(value, str) else _n(value, 0)
 
@@ -116,13 +122,29 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"{env['cpu_count']} CPUs ({env['cpu_model']}), {env['torch_threads']} torch threads"
         + (f", {env['gpu_memory_gb']} GiB GPU memory" if env["gpu_memory_gb"] else "")
         + ".",
-        "Load average (1, 5, 15 min) at start / end: "
-        + "; ".join(
-            f"{la['start']} / {la['end']}"
-            for la in [*result["load_average"].get("earlier_parts", []), result["load_average"]]
-        )
-        + ".",
     ]
+    if result.get("recomputed"):  # --times-from: the machine above is where the times were measured
+        r, src = result["recomputed"], result["budget"]["times_from"]
+        out += [
+            "",
+            f"**Nothing was measured for this file.** The budget below was recomputed on "
+            f"{r['date']} (code {r['commit']}) from the step and validation-batch times stored in "
+            f"`{src['file']}`: measured on the machine above ({when(src)}) for `{src['config']}` by "
+            f"`{src['command']}`.",
+        ]
+        out += [f"Note of the stored result: {n}" for n in src["notes"]]
+    else:
+        if result.get("measured_at"):
+            m = result["measured_at"]
+            out.append(f"Measured {m['date']}, code {m['commit']}.")
+        out.append(
+            "Load average (1, 5, 15 min) at start / end: "
+            + "; ".join(
+                f"{la['start']} / {la['end']}"
+                for la in [*result["load_average"].get("earlier_parts", []), result["load_average"]]
+            )
+            + "."
+        )
     out += [f"Note: {n}" for n in result["notes"]]
     out += [f"**Section {name} failed:** {msg}" for name, msg in result.get("errors", {}).items()]
     out += [
@@ -339,14 +361,14 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             "## Compute budget",
             "",
-            f"**{b['config']}: {b['total_hours']:,.0f} {unit}** at the max_epochs cap"
-            + (f" (+ {b['disabled_hours']:,.0f} for disabled datasets)" if b["disabled_hours"] else "")
+            f"**{b['config']}: {_hours(b['total_hours'])} {unit}** at the max_epochs cap"
+            + (f" (+ {_hours(b['disabled_hours'])} for disabled datasets)" if b["disabled_hours"] else "")
             + f". {b['method']}."
             + (
                 ""
                 if packed is None
-                else f" **With {packed['jobs']} jobs per GPU: {packed['total_hours']:,.0f} {unit}**"
-                + (f" (+ {packed['disabled_hours']:,.0f} disabled)" if packed["disabled_hours"] else "")
+                else f" **With {packed['jobs']} jobs per GPU: {_hours(packed['total_hours'])} {unit}**"
+                + (f" (+ {_hours(packed['disabled_hours'])} disabled)" if packed["disabled_hours"] else "")
                 + f": each experiment's hours / the measured speed-up of its shape (packing section; "
                 f"models over {PACKED_HIDDEN} units alone). By dataset: {budget_floor(result)}."
             ),
