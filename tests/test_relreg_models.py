@@ -269,20 +269,34 @@ def test_shapes_and_gradients(kind):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
 
 
-@pytest.mark.parametrize("kind", MODELS)
-def test_only_the_transformer_sees_later_bits(kind):
-    """The recurrent models emit bit t from steps <= t; the encoder has no causal mask."""
+@pytest.mark.parametrize(("kind", "causal"), [*((k, False) for k in MODELS), ("transformer", True)])
+@pytest.mark.parametrize("train", [False, True])
+def test_output_at_step_t_reads_no_later_input_unless_the_encoder_is_unmasked(kind, causal, train):
+    """Flip every input bit after step t, for every t: the outputs up to t stay bit for bit
+    the same for the recurrent models and the causal Transformer (in training and in
+    inference); the unmasked encoder's change at every t, and every model's later outputs do."""
     torch.manual_seed(8)
-    model = build_model(kind, **SMALL).eval()
-    x = torch.tensor([[2, 1, 1, 0, 1, 0, 1]])
-    y = x.clone()
-    y[0, 4:] = 1 - y[0, 4:]
-    a, b = model(x).logits, model(y).logits
-    if kind == "transformer":
-        assert not torch.allclose(a[:, :4], b[:, :4])
-    else:
-        assert torch.equal(a[:, :4], b[:, :4])
-    assert not torch.allclose(a[:, 4:], b[:, 4:])
+    model = build_model(kind, **{**SMALL, "layers": 2}, causal=causal).train(train)
+    x = torch.cat([torch.full((6, 1), 2), torch.randint(0, 2, (6, 11))], 1)  # (B, 12) start token, 11 bits
+    a = model(x).logits
+    for t in range(x.shape[1] - 1):
+        y = x.clone()
+        y[:, t + 1 :] = 1 - y[:, t + 1 :]
+        b = model(y).logits
+        if kind == "transformer" and not causal:
+            assert not torch.allclose(a[:, : t + 1], b[:, : t + 1]), t
+        else:
+            assert torch.equal(a[:, : t + 1], b[:, : t + 1]), t
+        assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :]), t
+
+
+def test_causal_is_a_transformer_setting():
+    tf = build_model("transformer", **SMALL, causal=True)
+    assert isinstance(tf, TransformerModel) and tf.causal
+    assert not build_model("transformer", **SMALL).causal  # the default: the encoder as first shipped
+    for kind in ("lstm", "proto", "rmc"):
+        with pytest.raises(ValueError, match=f"causal: model {kind} is recurrent"):
+            build_model(kind, **SMALL, causal=True)
 
 
 def test_build_model_reads_its_settings():

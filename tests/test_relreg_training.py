@@ -108,3 +108,34 @@ def test_every_model_setting_reaches_the_model(tmp_path):
     two = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=2)
     one = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=1)
     assert m["params"] == sum(p.numel() for p in two.parameters()) != sum(p.numel() for p in one.parameters())
+
+
+def test_causal_reaches_the_transformer(tmp_path, monkeypatch):
+    from psrnn.relreg.config import RelRegConfig
+
+    built = {}
+    real = T.build_model
+
+    def spy(kind, **kwargs):
+        built.update(kwargs)
+        return real(kind, **kwargs)
+
+    monkeypatch.setattr(T, "build_model", spy)
+    small = dict(hidden=16, key_size=4, heads=2, epochs=1, train_size=32, valid_bits=(4,), test_bits=(6,))
+    m = T.train(RelRegConfig(model="transformer", causal=True, test_count=16, **small), tmp_path, {})
+    assert built["causal"] is True and m["config"]["causal"] is True
+
+
+def test_a_checkpoint_from_before_a_field_existed_resumes(tmp_path, capsys):
+    """A run whose ckpt_last.pt predates `causal` ran with its default: it resumes, not restarts."""
+    import torch
+
+    train(tmp_path / "a", "--set", "epochs=2")
+    ckpt = torch.load(tmp_path / "a" / "ckpt_last.pt", weights_only=True)
+    del ckpt["config"]["causal"]
+    torch.save(ckpt, tmp_path / "a" / "ckpt_last.pt")
+    (tmp_path / "a" / "metrics.json").unlink()
+    capsys.readouterr()
+    assert train(tmp_path / "a", "--set", "epochs=2") == 0
+    out = capsys.readouterr().out
+    assert "resumed after epoch 2" in out and "starting over" not in out

@@ -27,7 +27,7 @@ class RelRegConfig:
     dataset: Literal["bincounter"] = "bincounter"
     train_bits: int = 3  # thesis: trained on 3-bit numbers
     train_size: int = 512  # sequences per epoch, drawn from the 2^train_bits numbers (ours)
-    valid_bits: tuple[int, ...] = (4, 5)  # model selection on all 4- and 5-bit numbers (ours)
+    valid_bits: tuple[int, ...] = (4, 5)  # model and epoch selection on all 4- and 5-bit numbers (ours)
     test_bits: tuple[int, ...] = (6, 8, 10, 12, 14, 16)  # thesis Table 4.5 (16 in the text)
     test_count: int = 1024  # numbers per test length: all up to 10 bits, 1,024 distinct above (ours)
     data_seed: int = 0  # draws of the training sequences and the long test numbers
@@ -38,6 +38,10 @@ class RelRegConfig:
     key_size: int = 4  # RMC / Transformer: size per attention head
     heads: int = 2  # RMC / Transformer: attention heads (RMC memory = key_size * heads = hidden)
     layers: int = 1  # Transformer encoder layers
+    # Transformer: step t attends to steps <= t only, as the recurrent models read (they are
+    # causal by construction). false = every step sees the whole number, the encoder as first
+    # shipped; the default, so that the runs recorded before this field existed keep their settings
+    causal: bool = False
     slots: int = 1  # RMC memory slots (not given in the thesis; ours)
     # --- regularization (psrnn.relreg.regularizers, eq. 3.5-3.7) -----------------------
     l2: float = 0.0  # lambda_whole: L2 over every parameter (eq. 3.6)
@@ -61,6 +65,14 @@ class RelRegConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
+def with_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Settings a run recorded (metrics.json, ckpt_last.pt "config") with every field it
+    predates at its default: a new field's default is the behaviour runs had before it
+    existed (slots, causal), so such a run compares equal to the same run today."""
+    defaults = RelRegConfig().to_dict()
+    return {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
+
+
 def check_run(cfg: RelRegConfig) -> None:
     """Cross-field checks (the schema checks each field); each error names the keys."""
     from psrnn.config import ConfigError
@@ -72,3 +84,8 @@ def check_run(cfg: RelRegConfig) -> None:
         )
     if cfg.model != "proto" and (cfg.l2_cell or cfg.l2_noncell or cfg.noise):
         raise ConfigError(f"l2_cell/l2_noncell/noise: model {cfg.model} has no proto-LSTM cells; use l2")
+    if cfg.causal and cfg.model != "transformer":
+        raise ConfigError(
+            f"causal: model {cfg.model} is recurrent, causal by construction; "
+            "the setting is the transformer's"
+        )

@@ -10,7 +10,7 @@ least significant first) and emits one 2-way prediction per step, sequence to se
     lstm         torch.nn.LSTM + linear head, the baseline (Table 4.1)          psrnn.relreg.lstm
     proto        K proto-LSTM cells mixed by a relation loader (eq. 3.1-3.5)     psrnn.relreg.proto
     rmc          relational memory core, Santoro et al. 2018 (Table 4.2)         psrnn.relreg.rmc
-    transformer  encoder-only Transformer (Table 4.3)                            psrnn.relreg.transformer
+    transformer  encoder-only Transformer (Table 4.3), causal or not            psrnn.relreg.transformer
 
 The regularizers of eq. 3.6-3.7 are in psrnn.relreg.regularizers.
 """
@@ -51,13 +51,15 @@ def build_model(
     layers: int,
     noise: float,
     slots: int = 1,
+    causal: bool = False,
 ) -> nn.Module:
     """One model of MODELS from the run settings (psrnn.relreg.config). What each reads:
 
     lstm         hidden
     proto        hidden, cells (K), noise (epsilon of eq. 3.5)
     rmc          key_size, heads, slots; hidden must equal key_size * heads (Table 4.2)
-    transformer  hidden (feed-forward size), key_size, heads (d_model = key_size * heads), layers
+    transformer  hidden (feed-forward size), key_size, heads (d_model = key_size * heads), layers,
+                 causal (each step attends to itself and earlier steps only)
 
     Raises ValueError naming the setting when a value does not fit the model.
     """
@@ -73,6 +75,10 @@ def build_model(
         raise ValueError(f"noise: must be >= 0, got {noise}")
     if noise > 0 and kind != "proto":
         raise ValueError(f"noise: model {kind} has no proto-LSTM cells to inject noise into")
+    if causal and kind != "transformer":
+        raise ValueError(
+            f"causal: model {kind} is recurrent, causal by construction; the setting is the transformer's"
+        )
     for name, value in (("hidden", hidden), ("cells", cells), ("key_size", key_size), ("heads", heads)):
         if value < 1:
             raise ValueError(f"{name}: must be >= 1, got {value}")
@@ -91,4 +97,4 @@ def build_model(
         return RMCModel(key_size, heads, slots)
     if layers < 1:
         raise ValueError(f"layers: must be >= 1, got {layers}")
-    return TransformerModel(hidden, key_size, heads, layers)
+    return TransformerModel(hidden, key_size, heads, layers, causal)

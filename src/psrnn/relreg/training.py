@@ -32,7 +32,7 @@ from psrnn.checkpoint import Generators, rng_state, set_rng_state
 from psrnn.errors import UserError
 from psrnn.files import torch_save, write_bytes, write_json, write_text
 from psrnn.machine import environment
-from psrnn.relreg.config import RelRegConfig
+from psrnn.relreg.config import RelRegConfig, with_defaults
 from psrnn.relreg.data import CounterSplit, counter_split, training_split
 from psrnn.relreg.models import build_model
 from psrnn.relreg.regularizers import cell_parameters, penalty
@@ -175,9 +175,10 @@ def make_optimizer(cfg: RelRegConfig, model: torch.nn.Module) -> torch.optim.Opt
 
 
 def settings_of(ckpt_path: Path) -> dict[str, Any] | None:
+    """The settings a checkpoint was written with, fields it predates at their defaults."""
     if not ckpt_path.is_file():
         return None
-    return torch.load(ckpt_path, map_location="cpu", weights_only=True)["config"]
+    return with_defaults(torch.load(ckpt_path, map_location="cpu", weights_only=True)["config"])
 
 
 def adopt(source: Path, out_dir: Path, cfg: RelRegConfig, log) -> None:
@@ -232,6 +233,7 @@ def train(
         layers=cfg.layers,
         noise=cfg.noise,
         slots=cfg.slots,
+        causal=cfg.causal,
     ).to(device)
     opt = make_optimizer(cfg, model)
     gens = Generators.seeded(cfg.seed)
