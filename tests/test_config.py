@@ -261,12 +261,13 @@ def test_paper_defaults_are_the_measured_recipe():
     assert run.lr in cfg["experiments"]["mnist_gru"]["grid"]["lr"]
 
 
-def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_no_grid():
+def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_each_row_searching_its_rate():
     cfg = C.load_suite(C.ROOT / "config" / "quick.yaml")
     exps = C.enabled_experiments(cfg)
     assert cfg["name"] == "quick" and cfg["seeds"] == [0]
     assert {cfg["experiments"][e]["dataset"] for e in exps} == {"mnist", "fmnist", "imdb"}
-    assert len(exps) == 13 and not any(C.has_grid(cfg, e) for e in exps)
+    # the paper searched every model's hyper-parameters on validation, baselines included
+    assert len(exps) == 13 and all(cfg["experiments"][e]["grid"] == {"lr": [0.1, 0.3, 1.0]} for e in exps)
     assert all(cfg["experiments"][e]["ref"].startswith("table2/") for e in exps)
     run = C.resolve_run(cfg, "imdb_gru", 0)
     assert (run.max_epochs, run.patience, run.init) == (70, 20, "chrono")
@@ -288,7 +289,11 @@ def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
     because Snakemake (`configfile:`) and results/collect.py read them with that one."""
     assert C.read_yaml(path) == yaml.safe_load(path.read_text())
     raw = C.load_yaml(path)
-    if "experiments" in raw:
+    if "recipes" in raw:  # a recipe study (psrnn.recipe): its suite config and every run resolve
+        from psrnn import recipe
+
+        assert recipe.recipe_configs(recipe.load_study(path), "data")
+    elif "experiments" in raw:
         cfg = C.load_suite(path)
         for name, exp in cfg["experiments"].items():
             for point, _ in C.grid_points(exp):

@@ -557,3 +557,17 @@ def test_parameter_counts_do_not_depend_on_the_init():
     assert param_counts(cfg_(init="chrono"), "continuous", 1, 10) == param_counts(
         cfg_(init="torch"), "continuous", 1, 10
     )
+
+
+def test_mean_over_anchors_is_the_sum_divided_by_their_count():
+    # the sources sum the per-anchor losses (eq. 3.4/3.8); "mean" is the labelled ablation
+    x, lengths = images(B=3, T=30, F=2)
+    anchors = sample_anchors(lengths, 4, 3, "stratified", gen(1))
+    losses = {}
+    for how in ("sum", "mean"):
+        torch.manual_seed(0)
+        model = build_model(cfg_(anchors=4, window=3, aux_anchors=how), "continuous", 2, 5)
+        inp = model.inputs(x)
+        losses[how] = model.aux_loss(inp, model.encode(inp), lengths, anchors)
+    torch.testing.assert_close(losses["mean"] * 4, losses["sum"])
+    assert (losses["sum"] > 0).all()

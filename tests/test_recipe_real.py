@@ -52,7 +52,7 @@ def test_paper_recipe_learns_real_digits_where_the_shipped_one_stays_at_chance(t
     # 4 epochs (SGDR's first cycle is 10 epochs, so these are the study's own epochs).
     # Measured (results/recipe/recipe.csv): paper 28.1 % at epoch 3, 45.2 % at epoch 4
     # (61.3 % at 5), shipped 12.3 % at every epoch.
-    study = R.load_study()
+    study = R.load_study(C.ROOT / "config" / "recipe-init.yaml")
     study["epochs"] = 4
     configs, hist = R.run_study(
         study, DIGITS, tmp_path / "out", tmp_path / "data", only=["paper", "shipped"], jobs=2
@@ -63,15 +63,15 @@ def test_paper_recipe_learns_real_digits_where_the_shipped_one_stays_at_chance(t
     assert max(shipped) < 0.15, shipped  # chance: the most frequent class is 12.3 %
     assert paper[-1] >= 0.4, paper
     csv_text, md = R.render(study, configs, hist, "cmd")
-    assert "| shipped | sgdr, lr 0.03, momentum 0.9, init torch, clip 1 |" in md
-    assert csv_text.count("\npaper,") == 4
+    assert "| mnist_gru/shipped | sgdr, lr 0.03, momentum 0.9, init torch, clip 1 |" in md
+    assert csv_text.count("\nmnist_gru/paper,") == 4
 
 
 def test_recipes_resolve_on_top_of_paper_yaml_and_unknown_ones_are_named(tmp_path):
-    study = R.load_study()
+    study = R.load_study(C.ROOT / "config" / "recipe-init.yaml")
     cfgs = R.recipe_configs(study, tmp_path)
-    assert cfgs["shipped"].init == "torch" and cfgs["shipped"].lr == 0.03
-    assert cfgs["paper"] == C.resolve_run(
+    assert cfgs["mnist_gru/shipped"].init == "torch" and cfgs["mnist_gru/shipped"].lr == 0.03
+    assert cfgs["mnist_gru/paper"] == C.resolve_run(
         study["suite_config"],
         "mnist_gru",
         0,
@@ -83,6 +83,52 @@ def test_recipes_resolve_on_top_of_paper_yaml_and_unknown_ones_are_named(tmp_pat
             "progress": "plain",
         },
     )
-    assert R.run_dir(tmp_path, "paper", cfgs["paper"]) != R.run_dir(tmp_path, "paper", cfgs["shipped"])
+    paper, shipped = cfgs["mnist_gru/paper"], cfgs["mnist_gru/shipped"]
+    assert R.run_dir(tmp_path, "mnist_gru/paper", paper) != R.run_dir(tmp_path, "mnist_gru/shipped", shipped)
     with pytest.raises(C.ConfigError, match="unknown recipe"):
         R.recipe_configs(study, tmp_path, only=["nope"])
+
+
+def test_the_model_study_crosses_models_recipes_and_rates_with_windows_scaled(tmp_path):
+    study = R.load_study()  # config/recipe.yaml
+    cfgs = R.recipe_configs(study, tmp_path)
+    a40 = cfgs["mnist_ps30_predrec_a40/groups1-lr0.3"]
+    # paper.yaml: 40 anchors, window 20 at 784 steps; the study's digits have 196
+    assert (a40.anchors, a40.window, a40.lr, a40.clip, a40.clip_scope) == (40, 5, 0.3, 1.0, "groups")
+    assert cfgs["mnist_full_rec_a20/clip1-lr1"].window == 8  # 30 / 4 = 7.5, rounded to even
+    assert cfgs["mnist_ps30_predrec_a40/groups1-estimate-lr0.3"].decoder_input == "estimate"
+    assert "mnist_gru/groups1-estimate-lr0.3" not in cfgs  # the recipe names its experiments
+    assert [n for n in cfgs if "clip20" in n] == ["mnist_ps30_predrec_a40/clip20-lr0.3"]  # its own grid
+    assert "mnist_gru/noclip-lr1" not in cfgs and cfgs["mnist_gru/noclip-lr0.3"].clip == 0
+    # a plain GRU has no decoders, so both clip scopes are one run and one folder
+    g1, c1 = cfgs["mnist_gru/groups1-lr0.3"], cfgs["mnist_gru/clip1-lr0.3"]
+    assert g1 == c1 and R.run_dir(tmp_path, "mnist_gru/groups1-lr0.3", g1) == R.run_dir(
+        tmp_path, "mnist_gru/clip1-lr0.3", c1
+    )
+    assert len({R.run_dir(tmp_path, n, c) for n, c in cfgs.items()}) == len(cfgs) - 2
+
+
+def test_the_chosen_recipe_is_the_one_whose_worst_model_is_best():
+    study = {
+        "experiments": ["gru", "a40"],
+        "recipes": {"clip1": {}, "groups1": {}},
+        "grid": {"lr": [0.3, 1.0]},
+    }
+
+    def hist(*accs):
+        return [{"epoch": e, "valid_acc": a} for e, a in enumerate(accs, start=1)]
+
+    histories = {
+        "gru/clip1-lr0.3": hist(0.5, 0.75),
+        "gru/clip1-lr1": hist(0.9, 0.95),  # the best model under the old rule...
+        "a40/clip1-lr0.3": hist(0.12, 0.13),  # ...but its many-anchor model stays at chance
+        "a40/clip1-lr1": hist(0.12, 0.12),
+        "gru/groups1-lr0.3": hist(0.5, 0.75),
+        "gru/groups1-lr1": hist(0.9, 0.95),
+        "a40/groups1-lr0.3": hist(0.4, 0.6),
+        "a40/groups1-lr1": hist(0.7, 0.65),
+    }
+    table = R.summary(study, histories)
+    assert [(r, w) for r, _, w in table] == [("clip1", 0.13), ("groups1", 0.7)]
+    assert table[1][1]["a40"] == (0.7, "a40/groups1-lr1")
+    assert R.best(hist(0.2, 0.7, 0.7)) == (0.7, 2)

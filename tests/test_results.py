@@ -602,8 +602,12 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
         "| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
         "forcing) | all except mnist_gru, fmnist_gru |"
     ) in table
+    # the sources neither clip nor publish a learning rate: both are stated for every run
+    clip = "| gradient clipping | none | one norm over all parameters at norm 1 (results/recipe/recipe.md) |"
+    assert any(x.startswith(clip) for x in table)
+    assert any(x.startswith("| learning rate | searched on validation (grid not given) |") for x in table)
     rows = [tuple(c.strip() for c in x.strip("|").split(" | ")[:3]) for x in table[1:]]
-    assert len(rows) == len(set(rows)) == 10  # (setting, paper, ours): each deviation once
+    assert len(rows) == len(set(rows)) == 12  # (setting, paper, ours): each deviation once
     # no per-dataset bullets any more; the reference file's notes follow the table, once each
     assert not any(x.startswith(("- MNIST:", "- F-MNIST:")) for x in section.splitlines())
     notes = [x for x in section.splitlines() if x.startswith("- ")]
@@ -779,11 +783,22 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
     cfg = yaml.safe_load(path.read_text())
     cfg["seeds"] = [0]
     cfg["defaults"]["init"] = "chrono"
+    cfg["defaults"].update(clip=1.0, clip_scope="groups")
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     for exp, a in (("mnist_gru", 0.95), ("mnist_ps", 0.97)):  # runs trained with these settings
         write_run(tmp_path, C.load_suite(path), exp, 0, a, a)
     text = report.report_markdown(load(tmp_path, path), ["REPORT.md"])
-    init = next(x for x in text.splitlines() if x.startswith("| main GRU initialisation |"))
+    lines = text.splitlines()
+    clip = [x for x in lines if x.startswith("| gradient clipping |")]
+    assert len(clip) == 2 and clip[1] == (
+        "| gradient clipping | none | the classifier path (main GRU, head) and the decoders apart, each at "
+        "norm 1 (results/recipe/recipe.md) | mnist_ps |"
+    )
+    gru_clip = (
+        "| gradient clipping | none | one norm over all parameters at norm 1 (results/recipe/recipe.md) |"
+    )
+    assert any(x.startswith(gru_clip) and x.endswith("| mnist_gru |") for x in lines)
+    init = next(x for x in lines if x.startswith("| main GRU initialisation |"))
     assert "| not given | chrono: orthogonal recurrent weights, update-gate biases log U(1, T-1);" in init
     assert init.endswith("| all experiments |")
     assert (

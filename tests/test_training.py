@@ -799,3 +799,54 @@ def test_chrono_init_spreads_memories_over_the_training_splits_mean_length(tmp_p
     assert m["config"]["init"] == "chrono"
     best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)["model"]
     assert best["gru.bias_ih_l0"].shape[0] == 3 * cfg.hidden
+
+
+def _grads_of_a_model_with_loud_decoders():
+    from psrnn.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(
+        RunConfig(hidden=8, shared=0.5, tasks=("rec",), anchors=2, window=3), "continuous", 1, 3
+    )
+    for p in model.parameters():  # classifier path norm 0.5, decoders norm 30
+        p.grad = torch.zeros_like(p)
+    next(model.decoders.parameters()).grad.view(-1)[0] = 30.0
+    model.head.weight.grad.view(-1)[0] = 0.5
+    return model
+
+
+def test_clipping_per_group_keeps_the_classifier_step_that_a_global_clip_shrinks():
+    # issue: one global clip at 1 let the decoders' gradients (norm ~15) shrink the
+    # classifier's step; "groups" clips the classifier path and the decoders apart
+    from psrnn.epoch import clip_by_group, clip_groups
+
+    model = _grads_of_a_model_with_loud_decoders()
+    main, aux = clip_groups(model, "groups")
+    assert sum(p.numel() for p in aux) == sum(p.numel() for p in model.decoders.parameters())
+    assert len(main) + len(aux) == len(list(model.parameters()))
+    norm = clip_by_group([main, aux], 1.0)
+    assert float(norm) == pytest.approx(math.hypot(0.5, 30.0))  # reported: the norm over all
+    assert float(model.head.weight.grad.view(-1)[0]) == pytest.approx(0.5)  # untouched
+    assert float(torch.cat([p.grad.flatten() for p in aux]).norm()) == pytest.approx(1.0)
+
+    model = _grads_of_a_model_with_loud_decoders()
+    (everything,) = clip_groups(model, "global")
+    clip_by_group([everything], 1.0)
+    assert float(model.head.weight.grad.view(-1)[0]) == pytest.approx(0.5 / math.hypot(0.5, 30.0))
+
+
+def test_clip_scope_groups_trains_and_without_decoders_equals_global(tmp_path):
+    data = write_images(tmp_path / "data", T=16)
+    runs = {}
+    for scope in ("global", "groups"):
+        cfg = small_cfg(data, shared=0.0, clip=0.05, clip_scope=scope, max_epochs=2)
+        runs[scope] = training.train(cfg, tmp_path / scope, log=quiet)
+    # a plain GRU has one group: the two scopes are the same arithmetic
+    assert stable_history(tmp_path / "global") == stable_history(tmp_path / "groups")
+    # with decoders they differ (clip 0.05 binds on both groups), and both train
+    losses = {}
+    for scope in ("global", "groups"):
+        cfg = small_cfg(data, clip=0.05, clip_scope=scope, max_epochs=1)
+        losses[scope] = training.train(cfg, tmp_path / f"aux-{scope}", log=quiet)["valid_main_loss"]
+    assert all(math.isfinite(v) for v in losses.values())
+    assert losses["global"] != losses["groups"]

@@ -218,11 +218,13 @@ def test_configfile_quick_is_one_seed_of_table2s_mnist_fmnist_imdb_rows(tmp_path
     assert job_counts(res.stdout) == {
         "download": 3,
         "prepare": 3,
+        "search": 39,
+        "select": 13,
         "train": 13,
         "compile": 1,
         "paper": 1,
         "all": 1,
-    }  # no search, no select
+    }  # each row's lr searched (3 points), the selected run reused by its final run
 
 
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):

@@ -63,7 +63,13 @@ class RunConfig:
     # "teacher": decoder step k gets the true x_{k-1}; "estimate": its own previous output
     decoder_input: Literal["teacher", "estimate"] = "teacher"
     decoder_layers: int = 1  # GRU layers of each auxiliary decoder (its hidden size is r)
-    aux_weight: float = 1.0  # total loss = CE + aux_weight * aux (paper: 1)
+    # total loss = CE + aux_weight * aux. The sources give no coefficient: the losses are
+    # added as they are (paper 3.1, thesis eq. 3.4/3.8; the thesis argues against weighting),
+    # so 1 is the sources' loss and anything else an ablation
+    aux_weight: float = 1.0
+    # how the per-anchor auxiliary losses of a sequence combine: "sum" (the sources' eq.
+    # 3.4/3.8, no coefficient) | "mean" over anchors (an ablation: m times smaller)
+    aux_anchors: Literal["sum", "mean"] = "sum"
     embedding: int = 0  # text only: >0 learns a character embedding of this size (DBpedia: 100); 0 = one-hot
     head: Literal["linear", "mlp"] = "linear"  # classifier on the full final state: "linear" | "mlp"
     head_hidden: int = 0  # width of the MLP head's hidden layer (0 = same as `hidden`)
@@ -90,7 +96,11 @@ class RunConfig:
     max_tokens: int = 0
     max_epochs: int = 200
     patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
-    clip: float = 1.0  # max global gradient norm (0 = off)
+    clip: float = 1.0  # max gradient norm (0 = off; the sources do not clip)
+    # what one norm covers: "global" (every parameter, torch's clip_grad_norm_) | "groups"
+    # (the classifier path, i.e. main GRU, embedding and head, apart from the decoders,
+    # each clipped at `clip`), so large decoder gradients cannot shrink the classifier's step
+    clip_scope: Literal["global", "groups"] = "global"
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N" | "mps"

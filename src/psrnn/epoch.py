@@ -4,7 +4,8 @@
 
 A step draws the batch's anchors, runs the batch in pieces under max_tokens
 (data.micro_batches) whose gradients add up to the batch's, clips the gradients (norm in
-float64) and steps the optimizer and the warm-restart schedule; a step's loss and gradient
+float64; over all parameters, or the classifier path and the decoders apart) and steps
+the optimizer and the warm-restart schedule; a step's loss and gradient
 norm are checked for NaN/inf one step later, so the host never waits for the device.
 Evaluation draws its anchors from a fixed-seed generator, so auxiliary losses are
 comparable across epochs and runs. psrnn.training calls these once per epoch; the
@@ -48,6 +49,25 @@ def draw_anchors(
     return sample_anchors(lengths, cfg.anchors, cfg.window, cfg.sampling, gen)
 
 
+def clip_groups(model: nn.Module, scope: str) -> list[list[torch.Tensor]]:
+    """The parameter groups whose gradient norms are clipped apart (RunConfig.clip_scope):
+    "global" one group; "groups" the classifier path (embedding, main GRU, head) and the
+    auxiliary decoders (any parameter under a `decoders` module, also inside a wrapper)."""
+    params = list(model.named_parameters())
+    if scope == "global":
+        return [[p for _, p in params]]
+    aux = [p for name, p in params if ".decoders." in f".{name}"]
+    main = [p for name, p in params if ".decoders." not in f".{name}"]
+    return [group for group in (main, aux) if group]
+
+
+def clip_by_group(groups: list[list[torch.Tensor]], max_norm: float) -> torch.Tensor:
+    """clip_gradients on each group apart; returns the norm over all of them (before
+    clipping), which the finite check and the logs read."""
+    norms = [clip_gradients(group, max_norm) for group in groups]
+    return norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+
+
 def clip_gradients(params, max_norm: float) -> torch.Tensor:
     """Global gradient L2 norm (0-dim, on the device); with max_norm > 0, gradients are
     scaled so their norm is at most max_norm.
@@ -57,7 +77,10 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     still finite, and such a step must be clipped, not reported as non-finite. The norm is
     inf/nan only when a gradient itself is.
     """
+    params = list(params)
     grads = [p.grad for p in params if p.grad is not None]
+    if not grads:  # a group that no loss reached (decoders of a run without anchors)
+        return torch.zeros((), dtype=torch.float64, device=params[0].device if params else None)
     # one foreach kernel per step on the GPU, not one norm and one multiply per parameter
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)))
     if max_norm > 0:
@@ -99,6 +122,7 @@ def train_epoch(
         steps = tqdm(steps, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True)
     start = last_beat = time.monotonic()
     pending = None  # the previous step's (step, loss, gradient norm), checked a step late
+    groups = clip_groups(model, cfg.clip_scope)
     for step in steps:
         opt.zero_grad(set_to_none=True)
         batch = batches[step]
@@ -119,7 +143,7 @@ def train_epoch(
             loss = loss + piece_total.detach()
             b = len(piece)
             sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
-        gnorm = clip_gradients(model.parameters(), cfg.clip)
+        gnorm = clip_by_group(groups, cfg.clip)
         if pending is not None:
             check_finite(*pending, len(batches), epoch, cfg)
         pending = (step, loss, gnorm)

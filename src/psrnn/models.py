@@ -94,6 +94,7 @@ class ModelConfig:
     head_hidden: int  # width of the MLP head's hidden layer (0 = same as `hidden`)
     init: str  # main GRU initialisation, one of INITS (`init_recurrent`)
     init_steps: int  # the sequence length "chrono" spreads memories over
+    aux_anchors: str = "sum"  # per-anchor losses "sum"med (the sources) or "mean" (ablation)
 
     def __post_init__(self):
         if self.input_kind not in INPUT_KINDS:
@@ -135,6 +136,7 @@ class ModelConfig:
             head_hidden=run.head_hidden,
             init=run.init,
             init_steps=steps,
+            aux_anchors=run.aux_anchors,
         )
 
     @property
@@ -360,6 +362,8 @@ class PSRNN(nn.Module):
         for est, (_, target, valid) in zip(estimates, windows):  # in task order, as the sum always was
             err = (est.reshape(B, m, l, -1) - target).pow(2).sum(-1)  # (B, m, l)
             total = total + (err * valid).sum(-1).div(l).sum(-1)  # (B,)
+        if self.config.aux_anchors == "mean":  # ablation; the sources sum over anchors
+            total = total / m
         return total
 
     def decode(

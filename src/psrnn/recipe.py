@@ -1,24 +1,35 @@
 """The training-recipe study on real digits: `python -m psrnn recipe`.
 
     python -m psrnn recipe --digits ../shared/data/mnist-test            # config/recipe.yaml
-    python -m psrnn recipe --digits ../shared/data/mnist-test --only paper,shipped --jobs 2
+    python -m psrnn recipe --digits ../shared/data/mnist-test --only groups1 --jobs 2
+    python -m psrnn recipe --digits ../shared/data/mnist-test \
+        --study config/recipe-init.yaml --out results/recipe/init
 
-Cuts the digits (`psrnn.data.digits`), prepares them as the study says, trains every recipe
-(config/paper.yaml's experiment + the recipe's keys, `training.train`, so runs resume and a
-finished run is reused) and writes `recipe.csv` (one row per recipe and epoch) and
-`recipe.md` (validation accuracy per recipe after each epoch) into --out. Data go to
-data/recipe/ and runs to <out>/runs/<recipe>-<settings digest>/.
+Cuts the digits (`psrnn.data.digits`), prepares them as the study says, trains every
+experiment x recipe x grid point (config/paper.yaml's experiment + the recipe's keys + the
+point, `training.train`, so runs resume and a finished run is reused) and writes
+`recipe.csv` (one row per run and epoch) and `recipe.md` (validation accuracy after each
+epoch, and per recipe each model's best grid point) into --out. Data go to data/recipe/
+and runs to <out>/runs/<run name>-<settings digest>/.
+
+A study's `window_scale` multiplies every experiment's window (rounded, at least 1): the
+digits are prepared shorter than the paper's 784 steps, and windows scale with the
+sequence while anchor counts stay, so the sum over anchors and tasks, whose size is what
+a recipe must cope with, is the paper's.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import io
+import itertools
 import json
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,15 +39,29 @@ from psrnn.errors import UserError
 from psrnn.files import read_json, write_text
 
 STUDY = C.ROOT / "config" / "recipe.yaml"
-STUDY_KEYS = {"suite", "experiment", "digits", "epochs", "seed", "recipes"}
-CSV_COLUMNS = ("recipe", "epoch", "train_main_loss", "train_acc", "valid_main_loss", "valid_acc")
+STUDY_KEYS = {"suite", "experiments", "digits", "epochs", "seed", "recipes"}
+OPTIONAL_KEYS = {"grid", "window_scale"}
+# a recipe's own keys besides run settings: which experiments it runs, its own grid
+RECIPE_META = ("experiments", "grid")
+CSV_COLUMNS = (
+    "run",
+    "experiment",
+    "recipe",
+    "lr",
+    "epoch",
+    "train_main_loss",
+    "train_aux_loss",
+    "train_acc",
+    "valid_main_loss",
+    "valid_acc",
+)
 
 
 def load_study(path: str | Path = STUDY) -> dict[str, Any]:
     """The study file, its suite config loaded and validated; unknown keys are an error."""
     path = Path(path)
     study = C.load_yaml(path)
-    unknown = sorted(set(study) - STUDY_KEYS)
+    unknown = sorted(set(study) - STUDY_KEYS - OPTIONAL_KEYS)
     missing = sorted(STUDY_KEYS - set(study))
     if unknown or missing:
         raise C.ConfigError(f"{path}: unknown keys {unknown}, missing keys {missing}")
@@ -46,11 +71,29 @@ def load_study(path: str | Path = STUDY) -> dict[str, Any]:
     return study
 
 
+def runs(study: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """run name -> (experiment, recipe, grid point), in the study's order: each recipe on
+    each of its experiments (the study's, or the recipe's own `experiments:`) at each
+    point of its grid (the recipe's `grid:`, else the study's, else one point)."""
+    out = {}
+    for recipe, keys in study["recipes"].items():
+        keys = keys or {}
+        grid = keys.get("grid", study.get("grid")) or {}
+        points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+        for experiment in keys.get("experiments", study["experiments"]):
+            for point in points:
+                tag = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}" for k, v in point.items())
+                name = f"{experiment}/{recipe}{tag}"
+                out[name] = (experiment, recipe, point)
+    return out
+
+
 def recipe_configs(
     study: dict[str, Any], data_dir: str | Path, only: list[str] | None = None
 ) -> dict[str, C.RunConfig]:
-    """recipe name -> RunConfig: the suite experiment with the recipe's keys on top, run
-    for exactly `epochs` epochs (no early stopping) on the CPU from `data_dir`."""
+    """run name (`runs`) -> RunConfig: the suite experiment with the recipe's keys and the
+    grid point on top, windows scaled by `window_scale`, run for exactly `epochs` epochs
+    (no early stopping) on the CPU from `data_dir`. only: recipe names."""
     names = only or list(study["recipes"])
     unknown = [n for n in names if n not in study["recipes"]]
     if unknown:
@@ -62,17 +105,22 @@ def recipe_configs(
         "device": "cpu",
         "progress": "plain",
     }
+    scale = study.get("window_scale", 1.0)
     configs = {}
-    for name in names:
+    for name, (experiment, recipe, point) in runs(study).items():
+        if recipe not in names:
+            continue
+        keys = {k: v for k, v in (study["recipes"][recipe] or {}).items() if k not in RECIPE_META}
         try:
-            configs[name] = C.resolve_run(
-                study["suite_config"],
-                study["experiment"],
-                study["seed"],
-                overrides={**(study["recipes"][name] or {}), **fixed},
+            cfg = C.resolve_run(
+                study["suite_config"], experiment, study["seed"], overrides={**keys, **point, **fixed}
             )
         except (C.ConfigError, TypeError) as err:
-            raise C.ConfigError(f"recipes.{name}: {err}") from None
+            raise C.ConfigError(f"recipes.{recipe} ({experiment}): {err}") from None
+        cfg = dataclasses.replace(cfg, window=max(1, round(cfg.window * scale)))
+        if not cfg.has_aux:  # without decoders both clip scopes are one norm: one run
+            cfg = dataclasses.replace(cfg, clip_scope="global")
+        configs[name] = cfg
     return configs
 
 
@@ -106,6 +154,7 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
     torch.set_num_threads(1)
     log_path = Path(out) / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    cpu = time.process_time()
     with log_path.open("a") as fh:
         train(
             cfg,
@@ -113,7 +162,17 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
             {"experiment": name, "config_name": "recipe"},
             log=lambda msg: (fh.write(msg + "\n"), fh.flush()),
         )
+    # CPU seconds over every session of the run (a resumed run adds to its total)
+    spent = Path(out) / "cpu_seconds.txt"
+    before = float(spent.read_text()) if spent.is_file() else 0.0
+    write_text(spent, f"{before + time.process_time() - cpu:.1f}\n")
     return name, read_history(Path(out) / "history.csv")
+
+
+def cpu_seconds(out: str | Path) -> float:
+    """The CPU seconds `_train_one` recorded for a run folder (nan if none)."""
+    spent = Path(out) / "cpu_seconds.txt"
+    return float(spent.read_text()) if spent.is_file() else float("nan")
 
 
 def read_history(path: Path) -> list[dict[str, float]]:
@@ -122,10 +181,12 @@ def read_history(path: Path) -> list[dict[str, float]]:
 
 
 def run_dir(out: str | Path, name: str, cfg: C.RunConfig) -> Path:
-    """<out>/runs/<recipe>-<digest of its settings>: a finished run is reused only while the
-    recipe and paper.yaml give the same settings; an edit trains a new run beside it."""
+    """<out>/runs/<experiment>/<digest of its settings>: a finished run is reused only
+    while the recipe and paper.yaml give the same settings (an edit trains a new run beside
+    it), and runs of equal settings under two names share one folder."""
     digest = hashlib.md5(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    return Path(out) / "runs" / f"{name}-{digest}"
+    experiment = name.split("/", 1)[0]
+    return Path(out) / "runs" / experiment / digest
 
 
 def run_study(
@@ -136,22 +197,120 @@ def run_study(
     only: list[str] | None = None,
     jobs: int = 1,
 ) -> tuple[dict[str, C.RunConfig], dict[str, list[dict[str, float]]]]:
-    """Train every recipe (in `jobs` processes of one thread each); returns
-    (recipe -> the RunConfig it trained with, recipe -> history)."""
+    """Train every run (in `jobs` processes of one thread each); returns
+    (run -> the RunConfig it trained with, run -> history), in the study's order."""
     prepared = prepare_digits(study, digits, data_root)
     configs = recipe_configs(study, prepared, only)
-    tasks = [(name, cfg, str(run_dir(out, name, cfg))) for name, cfg in configs.items()]
+    # runs with the same settings (e.g. a plain GRU under both clip scopes) train once
+    folders = {name: str(run_dir(out, name, cfg)) for name, cfg in configs.items()}
+    first = {folder: name for name, folder in reversed(folders.items())}
+    tasks = [(name, configs[name], folder) for folder, name in first.items()]
+    # the study's last experiment (its costliest, by the study files' convention) first,
+    # then in the study's order
+    rank = {e: -i for i, e in enumerate(study["experiments"])}
+    tasks.sort(key=lambda t: (rank[t[0].split("/", 1)[0]], list(configs).index(t[0])))
     if jobs <= 1:
-        return configs, dict(map(_train_one, tasks))
-    # spawn, not fork: a forked child of a process whose OpenMP threads already ran can hang
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return configs, dict(pool.map(_train_one, tasks))
+        trained = dict(map(_train_one, tasks))
+    else:
+        # spawn, not fork: a forked child of a process whose OpenMP threads already ran can hang
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            trained = dict(pool.map(_train_one, tasks))
+    return configs, {name: trained[first[folders[name]]] for name in configs}
 
 
 def settings(cfg: C.RunConfig) -> str:
-    """A recipe's run settings that matter here, as the table prints them."""
+    """A run's settings that matter here, as the table prints them."""
     extra = f", momentum {cfg.momentum:g}" if cfg.optimizer == "sgdr" else ""
-    return f"{cfg.optimizer}, lr {cfg.lr:g}{extra}, init {cfg.init}, clip {cfg.clip:g}"
+    clip = f"clip {cfg.clip:g}" + (" per group" if cfg.clip_scope == "groups" and cfg.clip > 0 else "")
+    if cfg.clip == 0:
+        clip = "no clip"
+    aux = ""
+    if cfg.has_aux:
+        aux = f", {cfg.anchors} x {len(cfg.tasks)} windows of {cfg.window}, decoder input {cfg.decoder_input}"
+        aux += (
+            ""
+            if cfg.aux_anchors == "sum" and cfg.aux_weight == 1
+            else f", aux {cfg.aux_anchors} x {cfg.aux_weight:g}"
+        )
+    return f"{cfg.optimizer}, lr {cfg.lr:g}{extra}, init {cfg.init}, {clip}{aux}"
+
+
+def init_gradients(cfg: C.RunConfig, count: int = 64) -> dict[str, float]:
+    """Gradient norms at initialisation on the first `count` training sequences (the
+    model training builds from the run's seed; anchors from the evaluation seed): each
+    loss's gradient norm over the classifier path (main GRU, head) and over the decoders,
+    the factor one global clip at `clip` scales the whole step by, and the cross-entropy's
+    norm after it. Shows why a rule does or does not starve the classifier."""
+    import torch
+    import torch.nn.functional as F
+
+    from psrnn.data import load_split, read_manifest
+    from psrnn.epoch import EVAL_ANCHOR_SEED, clip_groups, draw_anchors
+    from psrnn.models import build_model
+    from psrnn.training import init_steps, seed_everything
+
+    manifest = read_manifest(cfg.data_dir)
+    train = load_split(cfg.data_dir, "train")
+    seed_everything(cfg.seed, torch.device("cpu"))
+    model = build_model(
+        cfg,
+        manifest["input"],
+        int(manifest["features"]),
+        int(manifest["num_classes"]),
+        steps=init_steps(train),
+    )
+    main, aux = (clip_groups(model, "groups") + [[]])[:2]
+    x, lengths, y = train.batch(torch.arange(count))
+    anchors = draw_anchors(model, cfg, lengths, torch.Generator().manual_seed(EVAL_ANCHOR_SEED))
+    logits, aux_loss = model(x, lengths, anchors)
+    ce = F.cross_entropy(logits, y)
+    losses = {"ce": ce, "aux": cfg.aux_weight * aux_loss.mean()} if aux_loss is not None else {"ce": ce}
+
+    def norm(loss: torch.Tensor, group: list[torch.Tensor]) -> float:
+        if not group:
+            return 0.0
+        grads = torch.autograd.grad(loss, group, retain_graph=True, allow_unused=True)
+        squares = [(g.double() ** 2).sum() for g in grads if g is not None]
+        return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+
+    out = {
+        f"{k}_{g}": norm(loss, params)
+        for k, loss in losses.items()
+        for g, params in (("main", main), ("aux", aux))
+    }
+    total = norm(sum(losses.values()), main + aux)
+    factor = min(1.0, cfg.clip / total) if cfg.clip > 0 else 1.0
+    out.update(total=total, global_clip_factor=factor, ce_step=out["ce_main"] * factor)
+    out.update(ce_loss=float(ce.detach()), aux_loss=float(losses["aux"].detach()) if "aux" in losses else 0.0)
+    return out
+
+
+def best(rows: list[dict[str, float]]) -> tuple[float, int]:
+    """(best validation accuracy, its epoch; the first on ties); (nan, 0) without epochs."""
+    if not rows:
+        return float("nan"), 0
+    top = max(rows, key=lambda r: (r["valid_acc"], -r["epoch"]))
+    return top["valid_acc"], int(top["epoch"])
+
+
+def summary(
+    study: dict[str, Any], histories: dict[str, list[dict[str, float]]]
+) -> list[tuple[str, dict[str, tuple[float, str]], float]]:
+    """Per recipe: (recipe, experiment -> (best validation accuracy over its grid points,
+    the run that reached it), the worst model's best). The study's choice is the recipe
+    whose worst model is best: every model must learn, not one win."""
+    table = []
+    for recipe in study["recipes"]:
+        per_model: dict[str, tuple[float, str]] = {}
+        for name, (experiment, rec, _) in runs(study).items():
+            if rec != recipe or name not in histories:
+                continue
+            acc = best(histories[name])[0]
+            if experiment not in per_model or acc > per_model[experiment][0]:
+                per_model[experiment] = (acc, name)
+        if per_model:
+            table.append((recipe, per_model, min(acc for acc, _ in per_model.values())))
+    return table
 
 
 def render(
@@ -159,35 +318,91 @@ def render(
     configs: dict[str, C.RunConfig],
     histories: dict[str, list[dict[str, float]]],
     command: str,
+    where: str = "CPU, one thread per run",
+    cpu: dict[str, float] | None = None,
+    init: dict[str, dict[str, float]] | None = None,
 ) -> tuple[str, str]:
     """(recipe.csv, recipe.md) text from the runs' configs and histories; the same inputs
     give the same bytes."""
+    plan = runs(study)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for name, rows in histories.items():
+        experiment, recipe, _ = plan[name]
         for row in rows:
-            w.writerow([name, int(row["epoch"])] + [f"{row[k]:.4f}" for k in CSV_COLUMNS[2:]])
+            w.writerow(
+                [name, experiment, recipe, f"{configs[name].lr:g}", int(row["epoch"])]
+                + [f"{row[k]:.4f}" for k in CSV_COLUMNS[5:]]
+            )
     epochs = study["epochs"]
     d = study["digits"]
+    scale = study.get("window_scale", 1.0)
+    scaled = f"; windows x {scale:g} of paper.yaml's (anchors kept)" if scale != 1.0 else ""
     md = [
         "# Training recipe on real digits",
         "",
-        f"`{command}` (config/recipe.yaml). Where measured: CPU, one thread per run.",
+        f"`{command}`. Where measured: {where}.",
         "",
-        f"config/{study['suite']} experiment `{study['experiment']}` with each recipe's keys; "
-        f"real MNIST digits at {d['downsample']} x {d['downsample']} "
+        f"config/{study['suite']} experiments {', '.join(f'`{e}`' for e in study['experiments'])} "
+        f"with each recipe's keys{scaled}; real MNIST digits at {d['downsample']} x {d['downsample']} "
         f"({d['downsample'] ** 2} steps), {d['train'] - d['valid_size']:,} train / "
         f"{d['valid_size']:,} valid, seed {study['seed']}, {epochs} epochs, no early stopping. "
         "Validation accuracy (%) after each epoch; chance is about 10 %.",
         "",
-        "| recipe | settings | " + " | ".join(str(e) for e in range(1, epochs + 1)) + " | best |",
-        "|---|---|" + "---|" * (epochs + 1),
+        "| run | settings | "
+        + " | ".join(str(e) for e in range(1, epochs + 1))
+        + " | best | wall min/epoch | CPU min |",
+        "|---|---|" + "---|" * (epochs + 3),
     ]
     for name, rows in histories.items():
         accs = [f"{100 * r['valid_acc']:.1f}" for r in rows] + ["–"] * (epochs - len(rows))
-        best = max((r["valid_acc"] for r in rows), default=float("nan"))
-        md.append(f"| {name} | {settings(configs[name])} | " + " | ".join(accs) + f" | {100 * best:.1f} |")
+        top, _ = best(rows)
+        minutes = sum(r["epoch_time_s"] for r in rows) / max(len(rows), 1) / 60
+        cpu_min = (cpu or {}).get(name, float("nan")) / 60
+        md.append(
+            f"| {name} | {settings(configs[name])} | "
+            + " | ".join(accs)
+            + f" | {100 * top:.1f} | {minutes:.1f} | {'–' if cpu_min != cpu_min else f'{cpu_min:.0f}'} |"
+        )
+    if init:
+        md += [
+            "",
+            "At initialisation (the first 64 training digits, each model's first run's settings, "
+            "decoders teacher-forced): gradient norms of the cross-entropy (CE) and of the summed "
+            "auxiliary loss over the classifier path (main GRU and head) and over the decoders, "
+            "and what one global clip at 1 leaves of the classifier's step:",
+            "",
+            "| experiment | CE | aux | CE norm, classifier | aux norm, classifier | aux norm, decoders "
+            "| global clip-1 factor | CE step after it |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for experiment, g in init.items():
+            md.append(
+                f"| {experiment} | {g['ce_loss']:.3f} | {g['aux_loss']:.3f} | {g['ce_main']:.3f} | "
+                f"{g['aux_main']:.3f} | {g['aux_aux']:.3f} | {min(1.0, 1.0 / g['total']):.3f} | "
+                f"{g['ce_main'] * min(1.0, 1.0 / g['total']):.3f} |"
+            )
+    table = summary(study, histories)
+    if len(study["experiments"]) > 1 and table:
+        experiments = study["experiments"]
+        md += [
+            "",
+            "Per recipe, each model's best validation accuracy (%) over its grid points (the "
+            "run that reached it); a recipe is judged by its worst model, since every model "
+            "must learn:",
+            "",
+            "| recipe | " + " | ".join(experiments) + " | worst |",
+            "|---|" + "---|" * (len(experiments) + 1),
+        ]
+        for recipe, per_model, worst in table:
+            cells = [
+                f"{100 * per_model[e][0]:.1f} ({per_model[e][1].split('/', 1)[1]})" if e in per_model else "–"
+                for e in experiments
+            ]
+            md.append(f"| {recipe} | " + " | ".join(cells) + f" | {100 * worst:.1f} |")
+        choice = max(table, key=lambda t: t[2])
+        md += ["", f"Chosen by this rule: `{choice[0]}` (worst model {100 * choice[2]:.1f} %)."]
     return buf.getvalue(), "\n".join(md) + "\n"
 
 
@@ -213,8 +428,25 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.digits).is_dir():
         raise UserError(f"--digits {args.digits}: no such folder")
     configs, histories = run_study(study, args.digits, args.out, args.data, only, args.jobs)
-    command = "python -m psrnn recipe --digits <mnist-test>" + (f" --only {args.only}" if args.only else "")
-    text_csv, text_md = render(study, configs, histories, command)
+    command = "python -m psrnn recipe --digits <mnist-test>"
+    if Path(args.study).resolve() != STUDY.resolve():
+        command += f" --study {os.path.relpath(Path(args.study).resolve(), C.ROOT)}"
+    command += f" --out {args.out}" if args.out != "results/recipe" else ""
+    command += f" --only {args.only}" if args.only else ""
+    from psrnn.machine import cpu_name, load_average
+
+    load = load_average()
+    where = f"{cpu_name()}, {os.cpu_count()} cores, {args.jobs} run(s) at a time, one thread each" + (
+        f"; load average {load[1]:.1f} (5 min) at the end" if load else ""
+    )
+    cpu = {name: cpu_seconds(run_dir(args.out, name, cfg)) for name, cfg in configs.items()}
+    firsts = {name.split("/", 1)[0]: cfg for name, cfg in reversed(configs.items())}
+    init = {
+        e: init_gradients(dataclasses.replace(firsts[e], decoder_input="teacher"))
+        for e in study["experiments"]
+        if e in firsts
+    }
+    text_csv, text_md = render(study, configs, histories, command, where, cpu, init)
     write_text(Path(args.out) / "recipe.csv", text_csv)
     write_text(Path(args.out) / "recipe.md", text_md)
     print(text_md, end="")

@@ -187,10 +187,42 @@ def setting_deviations(s: Suite) -> list[Deviation]:
                     f"{st['init']}: orthogonal recurrent weights"
                     + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
                     + "; SGDR from PyTorch's default stays at chance on real digits "
-                    "(results/recipe/recipe.md)",
+                    "(results/recipe/init/recipe.md)",
                     exp,
                 )
             )
+        clip, scope = float(st.get("clip", 0.0)), st.get("clip_scope", "global")
+        if clip > 0:  # the sources do not clip; results/recipe/ measures the rule
+            where = (
+                "the classifier path (main GRU, head) and the decoders apart, each"
+                if scope == "groups" and aux
+                else "one norm over all parameters"
+            )
+            found.append(
+                ("gradient clipping", "none", f"{where} at norm {clip:g} (results/recipe/recipe.md)", exp)
+            )
+        grid = s.cfg["experiments"][exp].get("grid") or {}
+        if "lr" in grid:
+            rates = ", ".join(f"{v:g}" for v in grid["lr"])
+            found.append(
+                (
+                    "learning rate",
+                    "searched on validation (grid not given)",
+                    f"searched on validation over {rates}",
+                    exp,
+                )
+            )
+        elif "lr" in st:
+            found.append(
+                (
+                    "learning rate",
+                    "searched on validation (grid not given)",
+                    f"{st['lr']:g}, not searched",
+                    exp,
+                )
+            )
+        if aux and st.get("aux_anchors", "sum") != "sum":
+            found.append(("auxiliary loss over anchors", "sum", f"{st['aux_anchors']} (ablation)", exp))
         if int(st.get("patience", PAPER_PATIENCE)) != PAPER_PATIENCE:
             found.append(("early-stopping patience (epochs)", str(PAPER_PATIENCE), str(st["patience"]), exp))
         if aux and float(st.get("aux_weight", 1.0)) != 1.0:
