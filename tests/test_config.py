@@ -254,11 +254,16 @@ def test_extends_null_removes_a_key(tmp_path):
 
 
 def test_paper_defaults_are_the_measured_recipe():
-    # results/recipe/recipe.md: SGDR from PyTorch's init at lr 0.03 stays at chance
+    # results/recipe/init/recipe.md: SGDR from PyTorch's init at lr 0.03 stays at chance;
+    # results/recipe/recipe.md: one global clip starves the 40-anchor model, no clip lets
+    # its summed loss explode, the classifier path and the decoders clipped apart learn
     cfg = C.load_suite(PAPER)
-    run = C.resolve_run(cfg, "mnist_gru", 0)
-    assert (run.optimizer, run.init, run.lr, run.clip) == ("sgdr", "chrono", 0.3, 1.0)
+    run = C.resolve_run(cfg, "mnist_ps30_predrec_a40", 0)
+    assert (run.optimizer, run.init, run.lr) == ("sgdr", "chrono", 0.3)
+    assert (run.clip, run.clip_scope) == (1.0, "groups")
     assert run.lr in cfg["experiments"]["mnist_gru"]["grid"]["lr"]
+    # the sources' loss (a sum over anchors and tasks, no coefficient) and decoder input
+    assert (run.aux_anchors, run.aux_weight, run.decoder_input) == ("sum", 1.0, "estimate")
 
 
 def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_each_row_searching_its_rate():

@@ -73,14 +73,18 @@ def load_study(path: str | Path = STUDY) -> dict[str, Any]:
 
 def runs(study: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
     """run name -> (experiment, recipe, grid point), in the study's order: each recipe on
-    each of its experiments (the study's, or the recipe's own `experiments:`) at each
-    point of its grid (the recipe's `grid:`, else the study's, else one point)."""
+    each of its experiments (the study's, or the recipe's own `experiments:`, a list or a
+    mapping of experiment -> its own grid) at each point of its grid (the experiment's,
+    else the recipe's `grid:`, else the study's, else one point)."""
     out = {}
     for recipe, keys in study["recipes"].items():
         keys = keys or {}
-        grid = keys.get("grid", study.get("grid")) or {}
-        points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
-        for experiment in keys.get("experiments", study["experiments"]):
+        experiments = keys.get("experiments", study["experiments"])
+        if not isinstance(experiments, dict):  # a list: each at the recipe's grid
+            experiments = dict.fromkeys(experiments)
+        for experiment, own in experiments.items():
+            grid = own or keys.get("grid", study.get("grid")) or {}  # {experiment: its own grid}
+            points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
             for point in points:
                 tag = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}" for k, v in point.items())
                 name = f"{experiment}/{recipe}{tag}"
@@ -118,7 +122,9 @@ def recipe_configs(
         except (C.ConfigError, TypeError) as err:
             raise C.ConfigError(f"recipes.{recipe} ({experiment}): {err}") from None
         cfg = dataclasses.replace(cfg, window=max(1, round(cfg.window * scale)))
-        if not cfg.has_aux:  # without decoders both clip scopes are one norm: one run
+        if not cfg.has_aux:  # settings that do nothing without decoders: one run for all values
+            cfg = dataclasses.replace(cfg, clip_scope="global", decoder_input="teacher")
+        if cfg.clip == 0:  # no clipping: the scope does nothing
             cfg = dataclasses.replace(cfg, clip_scope="global")
         configs[name] = cfg
     return configs
@@ -148,25 +154,42 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
     """Worker: one recipe on one thread; returns (name, history rows)."""
     import torch
 
+    from psrnn.epoch import TrainingDiverged
     from psrnn.training import train
 
     name, cfg, out = args
+    history = Path(out) / "history.csv"
+    if diverged(out):  # a finished outcome too: training again would diverge again
+        return name, read_history(history) if history.is_file() else []
     torch.set_num_threads(1)
     log_path = Path(out) / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cpu = time.process_time()
     with log_path.open("a") as fh:
-        train(
-            cfg,
-            out,
-            {"experiment": name, "config_name": "recipe"},
-            log=lambda msg: (fh.write(msg + "\n"), fh.flush()),
-        )
+        try:
+            train(
+                cfg,
+                out,
+                {"experiment": name, "config_name": "recipe"},
+                log=lambda msg: (fh.write(msg + "\n"), fh.flush()),
+            )
+        except TrainingDiverged as err:  # a result of the study, not a failure of it
+            fh.write(f"stopped: {err}\n")
+            write_text(Path(out) / DIVERGED, f"{err}\n")
     # CPU seconds over every session of the run (a resumed run adds to its total)
     spent = Path(out) / "cpu_seconds.txt"
     before = float(spent.read_text()) if spent.is_file() else 0.0
     write_text(spent, f"{before + time.process_time() - cpu:.1f}\n")
-    return name, read_history(Path(out) / "history.csv")
+    return name, read_history(history) if history.is_file() else []
+
+
+DIVERGED = "diverged.txt"  # in a run folder: the run stopped at a non-finite loss (the message)
+
+
+def diverged(out: str | Path) -> str | None:
+    """The divergence message of a run folder, None if the run did not diverge."""
+    path = Path(out) / DIVERGED
+    return path.read_text().strip() if path.is_file() else None
 
 
 def cpu_seconds(out: str | Path) -> float:
@@ -306,11 +329,17 @@ def summary(
             if rec != recipe or name not in histories:
                 continue
             acc = best(histories[name])[0]
+            acc = 0.0 if acc != acc else acc  # diverged before its first epoch ended
             if experiment not in per_model or acc > per_model[experiment][0]:
                 per_model[experiment] = (acc, name)
         if per_model:
             table.append((recipe, per_model, min(acc for acc, _ in per_model.values())))
     return table
+
+
+def _num(value: float, spec: str) -> str:
+    """A table cell: the number, or "–" for nan (not measured, or no epoch finished)."""
+    return "–" if value != value else format(value, spec)
 
 
 def render(
@@ -321,6 +350,7 @@ def render(
     where: str = "CPU, one thread per run",
     cpu: dict[str, float] | None = None,
     init: dict[str, dict[str, float]] | None = None,
+    stopped: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """(recipe.csv, recipe.md) text from the runs' configs and histories; the same inputs
     give the same bytes."""
@@ -358,13 +388,12 @@ def render(
     for name, rows in histories.items():
         accs = [f"{100 * r['valid_acc']:.1f}" for r in rows] + ["–"] * (epochs - len(rows))
         top, _ = best(rows)
-        minutes = sum(r["epoch_time_s"] for r in rows) / max(len(rows), 1) / 60
+        minutes = sum(r["epoch_time_s"] for r in rows) / len(rows) / 60 if rows else float("nan")
         cpu_min = (cpu or {}).get(name, float("nan")) / 60
-        md.append(
-            f"| {name} | {settings(configs[name])} | "
-            + " | ".join(accs)
-            + f" | {100 * top:.1f} | {minutes:.1f} | {'–' if cpu_min != cpu_min else f'{cpu_min:.0f}'} |"
-        )
+        why = (stopped or {}).get(name)
+        note = f" ({why.split(';')[0]})" if why else ""
+        cells = [_num(100 * top, ".1f"), _num(minutes, ".1f"), _num(cpu_min, ".0f")]
+        md.append(f"| {name}{note} | {settings(configs[name])} | " + " | ".join(accs + cells) + " |")
     if init:
         md += [
             "",
@@ -440,13 +469,14 @@ def run(args: argparse.Namespace) -> int:
         f"; load average {load[1]:.1f} (5 min) at the end" if load else ""
     )
     cpu = {name: cpu_seconds(run_dir(args.out, name, cfg)) for name, cfg in configs.items()}
+    stopped = {n: why for n, cfg in configs.items() if (why := diverged(run_dir(args.out, n, cfg)))}
     firsts = {name.split("/", 1)[0]: cfg for name, cfg in reversed(configs.items())}
     init = {
         e: init_gradients(dataclasses.replace(firsts[e], decoder_input="teacher"))
         for e in study["experiments"]
         if e in firsts
     }
-    text_csv, text_md = render(study, configs, histories, command, where, cpu, init)
+    text_csv, text_md = render(study, configs, histories, command, where, cpu, init, stopped)
     write_text(Path(args.out) / "recipe.csv", text_csv)
     write_text(Path(args.out) / "recipe.md", text_md)
     print(text_md, end="")
