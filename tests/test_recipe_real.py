@@ -9,6 +9,7 @@ results/recipe/init/). Needs the real MNIST test set beside the checkout
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
 import pytest
@@ -76,17 +77,22 @@ def test_recipes_resolve_on_top_of_paper_yaml_and_unknown_ones_are_named(tmp_pat
     study = R.load_study(C.ROOT / "config" / "recipe-init.yaml")
     cfgs = R.recipe_configs(study, tmp_path)
     assert cfgs["mnist_gru/shipped"].init == "torch" and cfgs["mnist_gru/shipped"].lr == 0.03
-    assert cfgs["mnist_gru/paper"] == C.resolve_run(
-        study["suite_config"],
-        "mnist_gru",
-        0,
-        overrides={
-            "max_epochs": study["epochs"],
-            "patience": 0,
-            "data_dir": str(tmp_path),
-            "device": "cpu",
-            "progress": "plain",
-        },
+    # a plain GRU's run records the scope and decoder input that do nothing without decoders
+    assert cfgs["mnist_gru/paper"] == dataclasses.replace(
+        C.resolve_run(
+            study["suite_config"],
+            "mnist_gru",
+            0,
+            overrides={
+                "max_epochs": study["epochs"],
+                "patience": 0,
+                "data_dir": str(tmp_path),
+                "device": "cpu",
+                "progress": "plain",
+            },
+        ),
+        clip_scope="global",
+        decoder_input="teacher",
     )
     paper, shipped = cfgs["mnist_gru/paper"], cfgs["mnist_gru/shipped"]
     assert R.run_dir(tmp_path, "mnist_gru/paper", paper) != R.run_dir(tmp_path, "mnist_gru/shipped", shipped)
@@ -110,7 +116,10 @@ def test_the_model_study_crosses_models_recipes_and_rates_with_windows_scaled(tm
     assert g1 == c1 and R.run_dir(tmp_path, "mnist_gru/groups1-lr0.3", g1) == R.run_dir(
         tmp_path, "mnist_gru/clip1-lr0.3", c1
     )
-    assert len({R.run_dir(tmp_path, n, c) for n, c in cfgs.items()}) == len(cfgs) - 2
+    # 17 names, 13 runs: one GRU run for clip1/groups1/paper at lr 0.3 and for clip1/groups1
+    # at lr 1; paper.yaml's defaults are the estimate run of the 40-anchor model
+    assert len(cfgs) == 17 and len({R.run_dir(tmp_path, n, c) for n, c in cfgs.items()}) == 13
+    assert cfgs["mnist_ps30_predrec_a40/paper-lr0.3"] == cfgs["mnist_ps30_predrec_a40/groups1-estimate-lr0.3"]
 
 
 def test_the_chosen_recipe_is_the_one_whose_worst_model_is_best():

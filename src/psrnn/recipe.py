@@ -158,9 +158,8 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
     from psrnn.training import train
 
     name, cfg, out = args
-    history = Path(out) / "history.csv"
     if diverged(out):  # a finished outcome too: training again would diverge again
-        return name, read_history(history) if history.is_file() else []
+        return name, finished_epochs(out)
     torch.set_num_threads(1)
     log_path = Path(out) / "train.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +179,7 @@ def _train_one(args: tuple[str, C.RunConfig, str]) -> tuple[str, list[dict[str, 
     spent = Path(out) / "cpu_seconds.txt"
     before = float(spent.read_text()) if spent.is_file() else 0.0
     write_text(spent, f"{before + time.process_time() - cpu:.1f}\n")
-    return name, read_history(history) if history.is_file() else []
+    return name, finished_epochs(out)
 
 
 DIVERGED = "diverged.txt"  # in a run folder: the run stopped at a non-finite loss (the message)
@@ -196,6 +195,12 @@ def cpu_seconds(out: str | Path) -> float:
     """The CPU seconds `_train_one` recorded for a run folder (nan if none)."""
     spent = Path(out) / "cpu_seconds.txt"
     return float(spent.read_text()) if spent.is_file() else float("nan")
+
+
+def finished_epochs(folder: str | Path) -> list[dict[str, float]]:
+    """The history rows a run folder holds so far ([] before its first epoch ends)."""
+    path = Path(folder) / "history.csv"
+    return read_history(path) if path.is_file() else []
 
 
 def read_history(path: Path) -> list[dict[str, float]]:
@@ -219,9 +224,11 @@ def run_study(
     data_root: str | Path = "data/recipe",
     only: list[str] | None = None,
     jobs: int = 1,
+    train: bool = True,
 ) -> tuple[dict[str, C.RunConfig], dict[str, list[dict[str, float]]]]:
     """Train every run (in `jobs` processes of one thread each); returns
-    (run -> the RunConfig it trained with, run -> history), in the study's order."""
+    (run -> the RunConfig it trained with, run -> history), in the study's order.
+    train=False: train nothing, read the epochs each run has finished so far."""
     prepared = prepare_digits(study, digits, data_root)
     configs = recipe_configs(study, prepared, only)
     # runs with the same settings (e.g. a plain GRU under both clip scopes) train once
@@ -232,7 +239,9 @@ def run_study(
     # then in the study's order
     rank = {e: -i for i, e in enumerate(study["experiments"])}
     tasks.sort(key=lambda t: (rank[t[0].split("/", 1)[0]], list(configs).index(t[0])))
-    if jobs <= 1:
+    if not train:
+        trained = {name: finished_epochs(folder) for name, _, folder in tasks}
+    elif jobs <= 1:
         trained = dict(map(_train_one, tasks))
     else:
         # spawn, not fork: a forked child of a process whose OpenMP threads already ran can hang
@@ -301,6 +310,7 @@ def init_gradients(cfg: C.RunConfig, count: int = 64) -> dict[str, float]:
         for k, loss in losses.items()
         for g, params in (("main", main), ("aux", aux))
     }
+    out.update({k: out.get(k, 0.0) for k in ("aux_main", "aux_aux")})  # a plain GRU: no aux loss
     total = norm(sum(losses.values()), main + aux)
     factor = min(1.0, cfg.clip / total) if cfg.clip > 0 else 1.0
     out.update(total=total, global_clip_factor=factor, ce_step=out["ce_main"] * factor)
@@ -317,11 +327,15 @@ def best(rows: list[dict[str, float]]) -> tuple[float, int]:
 
 
 def summary(
-    study: dict[str, Any], histories: dict[str, list[dict[str, float]]]
+    study: dict[str, Any],
+    histories: dict[str, list[dict[str, float]]],
+    stopped: dict[str, str] | None = None,
 ) -> list[tuple[str, dict[str, tuple[float, str]], float]]:
     """Per recipe: (recipe, experiment -> (best validation accuracy over its grid points,
-    the run that reached it), the worst model's best). The study's choice is the recipe
-    whose worst model is best: every model must learn, not one win."""
+    the run that reached it), the worst model's best; nan unless the recipe ran every
+    model). A run that diverged before its first epoch counts 0; a cut one with no epoch
+    is left out. The study's choice is the recipe whose worst model is best: every model
+    must learn, not one win."""
     table = []
     for recipe in study["recipes"]:
         per_model: dict[str, tuple[float, str]] = {}
@@ -329,11 +343,17 @@ def summary(
             if rec != recipe or name not in histories:
                 continue
             acc = best(histories[name])[0]
-            acc = 0.0 if acc != acc else acc  # diverged before its first epoch ended
+            if acc != acc:
+                if not (stopped or {}).get(name, "").startswith("non-finite"):
+                    continue
+                acc = 0.0
             if experiment not in per_model or acc > per_model[experiment][0]:
                 per_model[experiment] = (acc, name)
         if per_model:
-            table.append((recipe, per_model, min(acc for acc, _ in per_model.values())))
+            every = set(per_model) == set(study["experiments"])
+            table.append(
+                (recipe, per_model, min(a for a, _ in per_model.values()) if every else float("nan"))
+            )
     return table
 
 
@@ -412,14 +432,14 @@ def render(
                 f"{g['aux_main']:.3f} | {g['aux_aux']:.3f} | {min(1.0, 1.0 / g['total']):.3f} | "
                 f"{g['ce_main'] * min(1.0, 1.0 / g['total']):.3f} |"
             )
-    table = summary(study, histories)
+    table = summary(study, histories, stopped)
     if len(study["experiments"]) > 1 and table:
         experiments = study["experiments"]
         md += [
             "",
             "Per recipe, each model's best validation accuracy (%) over its grid points (the "
-            "run that reached it); a recipe is judged by its worst model, since every model "
-            "must learn:",
+            "run that reached it; 0 for a run that diverged); a recipe that ran every model is "
+            "judged by its worst model, since every model must learn:",
             "",
             "| recipe | " + " | ".join(experiments) + " | worst |",
             "|---|" + "---|" * (len(experiments) + 1),
@@ -429,9 +449,11 @@ def render(
                 f"{100 * per_model[e][0]:.1f} ({per_model[e][1].split('/', 1)[1]})" if e in per_model else "–"
                 for e in experiments
             ]
-            md.append(f"| {recipe} | " + " | ".join(cells) + f" | {100 * worst:.1f} |")
-        choice = max(table, key=lambda t: t[2])
-        md += ["", f"Chosen by this rule: `{choice[0]}` (worst model {100 * choice[2]:.1f} %)."]
+            md.append(f"| {recipe} | " + " | ".join(cells) + f" | {_num(100 * worst, '.1f')} |")
+        whole = [t for t in table if t[2] == t[2]]
+        if whole:
+            choice = max(whole, key=lambda t: t[2])
+            md += ["", f"Chosen by this rule: `{choice[0]}` (worst model {100 * choice[2]:.1f} %)."]
     return buf.getvalue(), "\n".join(md) + "\n"
 
 
@@ -443,6 +465,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results/recipe", help="table and runs folder")
     p.add_argument("--data", default="data/recipe", help="folder for the cut and prepared digits")
     p.add_argument("--only", help="comma-separated recipe names (default: all)")
+    p.add_argument(
+        "--no-train",
+        action="store_true",
+        help="train nothing: tabulate the epochs every run has finished so far (unfinished runs are "
+        "marked; the same command without it resumes them)",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -456,12 +484,15 @@ def run(args: argparse.Namespace) -> int:
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     if not Path(args.digits).is_dir():
         raise UserError(f"--digits {args.digits}: no such folder")
-    configs, histories = run_study(study, args.digits, args.out, args.data, only, args.jobs)
+    configs, histories = run_study(
+        study, args.digits, args.out, args.data, only, args.jobs, not args.no_train
+    )
     command = "python -m psrnn recipe --digits <mnist-test>"
     if Path(args.study).resolve() != STUDY.resolve():
         command += f" --study {os.path.relpath(Path(args.study).resolve(), C.ROOT)}"
     command += f" --out {args.out}" if args.out != "results/recipe" else ""
     command += f" --only {args.only}" if args.only else ""
+    command += " --no-train" if args.no_train else ""
     from psrnn.machine import cpu_name, load_average
 
     load = load_average()
@@ -470,6 +501,10 @@ def run(args: argparse.Namespace) -> int:
     )
     cpu = {name: cpu_seconds(run_dir(args.out, name, cfg)) for name, cfg in configs.items()}
     stopped = {n: why for n, cfg in configs.items() if (why := diverged(run_dir(args.out, n, cfg)))}
+    for n, cfg in configs.items():  # cut runs say so (--no-train before they finished)
+        done = (run_dir(args.out, n, cfg) / "metrics.json").is_file()
+        if not done and n not in stopped:
+            stopped[n] = f"cut: {len(histories[n])} of {study['epochs']} epochs, not finished when tabulated"
     firsts = {name.split("/", 1)[0]: cfg for name, cfg in reversed(configs.items())}
     init = {
         e: init_gradients(dataclasses.replace(firsts[e], decoder_input="teacher"))
