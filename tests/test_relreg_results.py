@@ -544,6 +544,10 @@ def test_ablation_report_lines_are_computed(ablated):
     assert "(inconclusive), inside the thesis' row's span of 20.00-76.67 % over 6-14 bits" in text
     assert "below the thesis' row's span of 20.00-76.67 % over 6-14 bits" in text
     assert (
+        "- **The rows' order under the other selection.** At 14 bits, selected without longer numbers: "
+        "proto_both_valid3 75.00 > lstm_l2_valid3 50.00 (sequence accuracy, %)."
+    ) in text
+    assert (
         "- **Does the 100 % depend on the selection?** Rows exact on every test number for every seed with "
         "the Table 4.5 selection: proto_both. Selected without longer numbers, still so: none; no longer: "
         "proto_both_valid3."
