@@ -22,6 +22,7 @@ import yaml
 
 from psrnn import config as C
 from psrnn.cli import main
+from psrnn.relreg import ablations as A
 from psrnn.relreg import report
 from psrnn.relreg import results as R
 from psrnn.relreg.figures import color_key, loading_run
@@ -359,7 +360,7 @@ def test_small_config_gives_no_verdict(compiled):
     t = R.table45(s)
     lstm = t.data[t.data["experiment"] == "lstm_l2"]
     assert set(lstm["verdict"]) == {"not assessed (small config)", "no paper value"}
-    report_text = report.report_markdown(s, t, R.ablation_table(s), [])
+    report_text = report.report_markdown(s, t, A.ablation_table(s), [])
     assert "> **Small config — not a reproduction of the paper.**" in report_text
     assert "- **not assessed** (15 of 30)" in report_text  # the 3 experiments with runs x 5 thesis lengths
 
@@ -486,7 +487,7 @@ def ablated(tmp_path_factory):
 
 def test_ablations_are_found_from_the_settings(ablated):
     s, _ = ablated
-    found = [(a.main, a.variant, a.setting, a.main_value, a.variant_value) for a in R.ablations(s)]
+    found = [(a.main, a.variant, a.setting, a.main_value, a.variant_value) for a in A.ablations(s)]
     assert found == [
         ("lstm_l2", "lstm_l2_valid3", "valid_bits", [4, 5], [3]),
         ("transformer_l2", "transformer_nomask", "causal", True, False),

@@ -2,7 +2,8 @@
 the thesis' Tables 4.1-4.4, Table 4.5 with a verdict per row and number of bits, the
 ablations, where we match and where not, the figures and the readings of unclear points
 (psrnn.relreg.results compiles it last, from the same gathered runs as the tables and
-figures). Every sentence that compares numbers is computed from them here.
+figures). Every sentence that compares numbers is computed from them, here and in
+psrnn.relreg.ablations.
 """
 
 from __future__ import annotations
@@ -13,26 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn.relreg.ablations import ablation_lines
 from psrnn.relreg.results import (
     FIGURE_TITLES,
     REFERENCE_PATH,
     UNSTATED,
-    Ablation,
     RelRegSuite,
-    ablation_cells,
-    ablations,
     bit_counts,
     cells,
-    paper_value,
     per_length,
     rows,
     selection_data,
-    setting_text,
     short,
+    tied_points,
 )
 from psrnn.results import fmt
 from psrnn.results.report import hours
-from psrnn.results.stats import verdict
 from psrnn.results.tables import Table, to_markdown
 
 
@@ -334,135 +331,9 @@ def why_lines(s: RelRegSuite) -> list[str]:
     return lines
 
 
-def tied_points(s: RelRegSuite, exp: str) -> int:
-    """Grid points of `exp` whose search run reached 100 % validation sequence accuracy."""
-    return sum(1 for _, m in s.points.get(exp, []) if m.get("best_valid_acc") == 1.0)
-
-
 def _and_bits(bits: list[int]) -> str:
     ks = [str(k) for k in bits]
     return (ks[0] if len(ks) == 1 else f"{', '.join(ks[:-1])} and {ks[-1]}") + " bits" if ks else fmt.DASH
-
-
-# --- ablations --------------------------------------------------------------------------------
-
-
-def span(s: RelRegSuite, exp: str) -> str:
-    """An experiment's mean sequence accuracy over the lengths it was tested on, in words."""
-    means = [(k, per_length(s, exp, k).mean) for k in bit_counts(s)]
-    means = [(k, v) for k, v in means if not math.isnan(v)]
-    if not means:
-        return "no finished run"
-    if all(v == 100.0 for _, v in means):
-        return f"100.00 % at every length ({means[0][0]}-{means[-1][0]} bits)"
-    (k0, v0), (k1, v1) = means[0], means[-1]
-    return f"{v0:.2f} % at {k0} bits to {v1:.2f} % at {k1} bits"
-
-
-def perfect(s: RelRegSuite, exp: str) -> bool:
-    """Every seed exact on every test number of every length."""
-    runs = s.runs.get(exp, [])
-    return bool(runs) and all(
-        per_length(s, exp, k).n == len(runs) and per_length(s, exp, k).mean == 100.0 for k in bit_counts(s)
-    )
-
-
-def thesis_span(ref: dict[str, Any] | None) -> tuple[float, float] | None:
-    """(lowest, highest) value of a thesis row, in %."""
-    vs = [100.0 * float(v) for v in (ref or {}).get("acc", {}).values()]
-    return (min(vs), max(vs)) if vs else None
-
-
-def against_thesis(s: RelRegSuite, exp: str, ref: dict[str, Any] | None) -> str:
-    """`exp` at the longest length the thesis prints: ours, the thesis', the verdict and
-    where our mean lies against the span of the thesis' row."""
-    printed = sorted(int(k) for k in (ref or {}).get("acc", {}))
-    if not printed or not s.runs.get(exp):
-        return ""
-    k = printed[-1]
-    ours, theirs, (lo, hi) = per_length(s, exp, k), paper_value(ref, k), thesis_span(ref) or (0.0, 0.0)
-    where = "inside" if lo <= ours.mean <= hi else ("below" if ours.mean < lo else "above")
-    return (
-        f"{exp} at {k} bits: {ours.mean:.2f} % {fmt.ci(ours)} against the thesis' {fmt.num(theirs, 2)} % "
-        f"({verdict_short(s, exp, ref, k)}), {where} the thesis' row's span of {lo:.2f}-{hi:.2f} % over "
-        f"{printed[0]}-{k} bits"
-    )
-
-
-def verdict_short(s: RelRegSuite, exp: str, ref: dict[str, Any] | None, k: int) -> str:
-    return short(verdict(paper_value(ref, k), per_length(s, exp, k), s.paper_scale))
-
-
-def ablation_lines(s: RelRegSuite) -> list[str]:
-    """Per ablation, what changed and what it did, from the numbers; then whether the rows at
-    100 % keep it when selected without longer numbers."""
-    refs = {e: ref for ref, e in rows(s) if e}
-    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in ablation_cells(s):
-        by_pair[(r["ablation"].main, r["ablation"].variant)].append(r)
-    lines = []
-    for a in ablations(s):
-        recs = by_pair[(a.main, a.variant)]
-        clear = [f"{r['bits']} bits ({r['diff'].mean:+.2f} pp)" for r in recs if r["diff_verdict"] in _CLEAR]
-        text = (
-            f"- **{a.variant}** ({a.setting}: {setting_text(a.main_value)} → "
-            f"{setting_text(a.variant_value)}): "
-            f"{span(s, a.variant)}, against {a.main}'s {span(s, a.main)}. The paired difference is clear "
-            f"(95% interval without 0) at " + (", ".join(clear) if clear else "no length") + "."
-        )
-        if a.setting == "valid_bits":
-            text += " " + selection_text(s, a)
-        thesis = [t for t in (against_thesis(s, e, refs.get(a.main)) for e in (a.main, a.variant)) if t]
-        if thesis:
-            text += " " + "; ".join(thesis) + "."
-        lines.append(text)
-    by_selection = [a for a in ablations(s) if a.setting == "valid_bits"]
-    if by_selection:
-        at_100 = [a for a in by_selection if perfect(s, a.main)]
-        kept = [a.variant for a in at_100 if perfect(s, a.variant)]
-        lost = [a.variant for a in at_100 if s.runs.get(a.variant) and not perfect(s, a.variant)]
-        unrun = [a.variant for a in at_100 if not s.runs.get(a.variant)]
-        printed = [k for k in bit_counts(s) if any(k in r["acc"] for r in s.reference["table45"])]
-        means = [(per_length(s, a.variant, printed[-1]).mean, a.variant) for a in by_selection if printed]
-        ranked = sorted(
-            ((v, e) for v, e in means if not math.isnan(v)), key=lambda x: -x[0]
-        )  # ties: config order
-        if ranked:
-            lines.append(
-                f"- **The rows' order under the other selection.** At {printed[-1]} bits, selected without "
-                "longer numbers: "
-                + " > ".join(f"{e} {v:.2f}" for v, e in ranked)
-                + " (sequence accuracy, %)."
-            )
-        lines.append(
-            "- **Does the 100 % depend on the selection?** Rows exact on every test number for every seed "
-            "with the Table 4.5 selection: "
-            + (", ".join(a.main for a in at_100) or "none")
-            + (
-                f". Selected without longer numbers, still so: {', '.join(kept) or 'none'}; no longer: "
-                f"{', '.join(lost) or 'none'}"
-                + (f"; no finished run: {', '.join(unrun)}" if unrun else "")
-                + "."
-                if at_100
-                else "."
-            )
-        )
-    return lines
-
-
-_CLEAR = ("better (CI above 0)", "worse (CI below 0)")  # psrnn.results.stats.difference_verdict
-
-
-def selection_text(s: RelRegSuite, a: Ablation) -> str:
-    """Both experiments' selection data, how many grid points tie at 100 % on it, the chosen points."""
-    parts = []
-    for e in (a.main, a.variant):
-        chosen = f"`{s.selected[e]}`" if e in s.selected else fmt.DASH
-        parts.append(
-            f"{e} selects on {selection_data(s.settings[e])}: {tied_points(s, e)} of "
-            f"{len(s.points.get(e, []))} grid points at 100 % there, chosen {chosen}"
-        )
-    return "; ".join(parts) + "."
 
 
 def best_lines(s: RelRegSuite) -> list[str]:

@@ -8,7 +8,7 @@ search/<experiment>/selected.json, and config/relreg-reference.yaml (the thesis'
 Writes under results/<name>/:
 
     tables/table45.{csv,md,tex}     Table 4.5: thesis vs ours per number of bits
-    tables/ablations.{csv,md,tex}   each Table 4.5 experiment beside its ablations (ABLATION_SETTINGS)
+    tables/ablations.{csv,md,tex}   Table 4.5a: the ablations of Table 4.5 rows (psrnn.relreg.ablations)
     figures/{fig41_lstm_vs_proto,fig42_regularizers,fig43_loading_steps,fig44_loading_epochs}.{pdf,png,svg}
     REPORT.md, metrics.json    (REPORT.md: psrnn.relreg.report)
 
@@ -23,7 +23,6 @@ the same runs give byte-identical files.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +40,6 @@ from psrnn.results.stats import (
     WIDE_PP,
     Summary,
     bounded,
-    difference_verdict,
-    paired,
     summarize,
     verdict,
 )
@@ -65,12 +62,6 @@ FIGURE_TITLES = {  # also their captions in REPORT.md
 REGULARIZERS = ("l2", "l2_cell", "l2_noncell", "noise")  # the run settings Figures 4.1-4.2 sweep
 # Settings the thesis does not give; ours are listed in the report.
 UNSTATED = ("optimizer", "epochs", "batch_size", "clip", "train_size", "valid_bits", "test_count", "slots")
-# An experiment without a `ref:` that has a Table 4.5 experiment's settings and grid but for
-# one of these is an ablation of it: the tables and REPORT.md show the two side by side.
-ABLATION_SETTINGS = {
-    "causal": "the Transformer's attention mask (true: step t attends to steps <= t only)",
-    "valid_bits": "the numbers the grid point and the epoch are selected on",
-}
 
 
 @dataclass
@@ -166,6 +157,11 @@ def paper_value(ref: dict[str, Any] | None, bits: int) -> float | None:
     return None if v is None else 100.0 * float(v)
 
 
+def tied_points(s: RelRegSuite, exp: str) -> int:
+    """Grid points of `exp` whose search run reached 100 % validation sequence accuracy."""
+    return sum(1 for _, m in s.points.get(exp, []) if m.get("best_valid_acc") == 1.0)
+
+
 def short(v: str) -> str:
     """A verdict in a few words for the table: 'reproduced', 'not reproduced, ours lower'."""
     head, _, rest = v.partition(" (")
@@ -249,7 +245,7 @@ def table45(s: Suite) -> Table:
         n = block[0]["seq"].n
         lines = (
             (block[0]["model"], "thesis", lambda r: fmt.num(r["paper"], 2)),
-            (block[0]["experiment"] or fmt.DASH, f"ours, sequence (n={n})", lambda r: _with_ci(r["seq"])),
+            (block[0]["experiment"] or fmt.DASH, f"ours, sequence (n={n})", lambda r: with_ci(r["seq"])),
             ("", "ours, bit (diagnostic)", lambda r: fmt.num(r["bit"].mean, 2)),
             ("", "verdict", lambda r: short(r["verdict"])),
         )
@@ -331,181 +327,7 @@ def model_caption(s: Suite, exps: list[str]) -> str:
     return ("Transformer " + "; ".join(parts) + ".") if parts else ""
 
 
-# --- ablations ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """`variant` is `main` (a Table 4.5 experiment) with one run setting changed."""
-
-    main: str
-    variant: str
-    setting: str  # a key of ABLATION_SETTINGS
-    main_value: Any
-    variant_value: Any
-
-
-def _design(cfg: dict[str, Any], exp: str) -> dict[str, Any]:
-    """An experiment's settings before its grid (seed and point aside) and its grid."""
-    run = C.resolve_run(cfg, exp, sorted(cfg["seeds"])[0]).to_dict()
-    return {**run, "grid": json.dumps(cfg["experiments"][exp].get("grid") or {}, sort_keys=True)}
-
-
-def ablations(s: Suite) -> list[Ablation]:
-    """Every enabled experiment without a `ref:` whose settings and grid are those of a Table
-    4.5 experiment but for one of ABLATION_SETTINGS, in Table 4.5's order, then config order."""
-    design = {e: _design(s.cfg, e) for e in s.experiments}
-    out = []
-    for main in (e for _, e in rows(s) if e):
-        for variant in s.experiments:
-            if s.ref_of(variant) is not None:
-                continue
-            diff = [k for k in design[main] if design[main][k] != design[variant].get(k)]
-            if len(diff) == 1 and diff[0] in ABLATION_SETTINGS:
-                k = diff[0]
-                out.append(Ablation(main, variant, k, design[main][k], design[variant][k]))
-    return out
-
-
-def setting_text(value: Any) -> str:
-    """A run setting as the config writes it: true, 4, 5."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
-def per_seed(s: Suite, exp: str, bits: int) -> dict[int, float]:
-    """seed -> test sequence accuracy (fraction) on `bits`-bit numbers."""
-    out = {}
-    for r in s.runs.get(exp, []):
-        v = r.metrics.get("test", {}).get(str(bits), {}).get("seq_acc")
-        if v is not None:
-            out[r.seed] = float(v)
-    return out
-
-
-def ablation_cells(s: Suite) -> list[dict[str, Any]]:
-    """One record per (ablation, number of bits): the thesis' value of the main row, both
-    experiments' sequence accuracy and their difference (variant − main, paired by seed)."""
-    refs = {e: ref for ref, e in rows(s) if e}
-    out = []
-    for a in ablations(s):
-        for k in bit_counts(s):
-            diff, seeds = paired(per_seed(s, a.variant, k), per_seed(s, a.main, k), 100.0)
-            out.append(
-                {
-                    "ablation": a,
-                    "bits": k,
-                    "paper": paper_value(refs.get(a.main), k),
-                    "main": per_length(s, a.main, k),
-                    "variant": per_length(s, a.variant, k),
-                    "diff": diff,
-                    "diff_seeds": len(seeds),
-                    "diff_verdict": difference_verdict(diff),
-                }
-            )
-    return out
-
-
-def ablation_table(s: Suite) -> Table:
-    """Each Table 4.5 experiment beside its ablations: numbers per (ablation, bits) for the
-    CSV; per ablation a block (thesis; the Table 4.5 experiment; the ablation; Δ) for
-    Markdown and LaTeX."""
-    recs = ablation_cells(s)
-    bits = bit_counts(s)
-    data = pd.DataFrame(
-        [
-            {
-                "main": r["ablation"].main,
-                "ablation": r["ablation"].variant,
-                "setting": r["ablation"].setting,
-                "main_value": setting_text(r["ablation"].main_value),
-                "ablation_value": setting_text(r["ablation"].variant_value),
-                "bits": r["bits"],
-                "paper_acc": r["paper"],
-                "main_n": r["main"].n,
-                "main_seq_acc_mean": r["main"].mean,
-                "main_seq_acc_ci_low": r["main"].ci_low,
-                "main_seq_acc_ci_high": r["main"].ci_high,
-                "ablation_n": r["variant"].n,
-                "ablation_seq_acc_mean": r["variant"].mean,
-                "ablation_seq_acc_ci_low": r["variant"].ci_low,
-                "ablation_seq_acc_ci_high": r["variant"].ci_high,
-                "diff_mean": r["diff"].mean,
-                "diff_ci_low": r["diff"].ci_low,
-                "diff_ci_high": r["diff"].ci_high,
-                "diff_seeds": r["diff_seeds"],
-                "diff_verdict": r["diff_verdict"],
-            }
-            for r in recs
-        ],
-        columns=ABLATION_COLUMNS,
-    )
-    refs = {e: ref for ref, e in rows(s) if e}
-    disp = []
-    for i in range(0, len(recs), len(bits)):
-        block = recs[i : i + len(bits)]
-        a = block[0]["ablation"]
-        ref = refs.get(a.main)
-        lines = (
-            (ref["model"] if ref else a.main, "thesis", lambda r: fmt.num(r["paper"], 2)),
-            (a.main, f"{a.setting}: {setting_text(a.main_value)}", lambda r: _with_ci(r["main"])),
-            (a.variant, f"{a.setting}: {setting_text(a.variant_value)}", lambda r: _with_ci(r["variant"])),
-            ("", "Δ ablation − row, paired", lambda r: _diff_text(r["diff"])),
-        )
-        for label, what, cell in lines:
-            disp.append({"Model": label, "": what, **{f"{r['bits']} bits": cell(r) for r in block}})
-    columns = ["Model", "", *(f"{k} bits" for k in bits)]
-    return Table(
-        "table4.5a",  # for the captions ("Table 4.5a"); the files are tables/ablations.*
-        "Ablations: each Table 4.5 experiment beside the same experiment and grid with one run setting "
-        "changed: "
-        + "; ".join(f"{k}, {what}" for k, what in ABLATION_SETTINGS.items())
-        + ". Test sequence accuracy (%, exact match), mean [95% t-interval] over seeds; Δ = ablation − "
-        "Table 4.5 experiment in pp, paired by seed, [95% t-interval].",
-        data,
-        pd.DataFrame(disp, columns=columns),
-        "ll" + "r" * len(bits),
-        [
-            "No ablation in this config." if not recs else "Selected grid points: REPORT.md, grid searches.",
-            f"{fmt.CLIPPED_MARK} interval cut to [0, 100]; {fmt.WIDE_MARK} wider than {WIDE_PP:g} pp.",
-        ],
-    )
-
-
-ABLATION_COLUMNS = [
-    "main",
-    "ablation",
-    "setting",
-    "main_value",
-    "ablation_value",
-    "bits",
-    "paper_acc",
-    "main_n",
-    "main_seq_acc_mean",
-    "main_seq_acc_ci_low",
-    "main_seq_acc_ci_high",
-    "ablation_n",
-    "ablation_seq_acc_mean",
-    "ablation_seq_acc_ci_low",
-    "ablation_seq_acc_ci_high",
-    "diff_mean",
-    "diff_ci_low",
-    "diff_ci_high",
-    "diff_seeds",
-    "diff_verdict",
-]
-
-
-def _diff_text(x: Summary) -> str:
-    if x.n == 0:
-        return fmt.DASH
-    return f"{x.mean:+.2f}" + (f" [{x.ci_low:+.2f}, {x.ci_high:+.2f}]" if x.n > 1 else "")
-
-
-def _with_ci(x: Summary) -> str:
+def with_ci(x: Summary) -> str:
     return fmt.DASH if x.n == 0 else f"{x.mean:.2f}" + (f" {fmt.ci(x)}" if x.n > 1 else "")
 
 
@@ -517,7 +339,10 @@ def _clean(x: float) -> float | None:
 
 
 def summary_metrics(s: Suite) -> dict[str, Any]:
-    """Per experiment: mean test sequence / bit accuracy (fractions) per number of bits."""
+    """Per experiment: mean test sequence / bit accuracy (fractions) per number of bits; the
+    ablations (psrnn.relreg.ablations)."""
+    from psrnn.relreg.ablations import ablations
+
     exps = {}
     for exp in s.experiments:
         bits = bit_counts(s)
@@ -557,6 +382,7 @@ def compile(
     """Write Table 4.5, the ablations table, the four figures, metrics.json and REPORT.md
     (last); returns the paths."""
     from psrnn.relreg import figures
+    from psrnn.relreg.ablations import ablation_table
     from psrnn.relreg.report import report_markdown
 
     s = gather(cfg, load_reference(reference_path), Path(results_dir))
