@@ -53,7 +53,7 @@ def clip_groups(model: nn.Module, scope: str) -> list[list[torch.Tensor]]:
     """The parameter groups whose gradient norms are clipped apart (RunConfig.clip_scope):
     "global" one group; "groups" the classifier path (embedding, main GRU, head) and the
     auxiliary decoders (any parameter under a `decoders` module, also inside a wrapper)."""
-    params = list(model.named_parameters())
+    params: list[tuple[str, torch.Tensor]] = list(model.named_parameters())
     if scope == "global":
         return [[p for _, p in params]]
     aux = [p for name, p in params if ".decoders." in f".{name}"]
