@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from psrnn.relreg.models import CLASSES, VOCAB, ModelOutput, one_hot
+from psrnn.relreg.base import CLASSES, VOCAB, ModelOutput, one_hot
 
 
 class LSTMModel(nn.Module):

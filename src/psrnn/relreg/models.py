@@ -12,33 +12,21 @@ least significant first) and emits one 2-way prediction per step, sequence to se
     rmc          relational memory core, Santoro et al. 2018 (Table 4.2)         psrnn.relreg.rmc
     transformer  encoder-only Transformer (Table 4.3), causal or not            psrnn.relreg.transformer
 
-The regularizers of eq. 3.6-3.7 are in psrnn.relreg.regularizers.
+The regularizers of eq. 3.6-3.7 are in psrnn.relreg.regularizers; the vocabulary, the one-hot
+input and ModelOutput in psrnn.relreg.base.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-import torch.nn.functional as F
 from torch import nn
 
-VOCAB = 3  # input tokens: bit 0, bit 1, START
-CLASSES = 2  # output classes per step: bit 0, bit 1
+from psrnn.relreg.base import CLASSES, VOCAB, ModelOutput, one_hot  # noqa: F401 (re-exports)
+from psrnn.relreg.lstm import LSTMModel
+from psrnn.relreg.proto import ProtoLSTM
+from psrnn.relreg.rmc import RMCModel
+from psrnn.relreg.transformer import TransformerModel
+
 MODELS = ("lstm", "proto", "rmc", "transformer")
-
-
-@dataclass
-class ModelOutput:
-    """What every model's forward returns."""
-
-    logits: torch.Tensor  # (B, T, CLASSES): one prediction per input step
-    loading: torch.Tensor | None = None  # (B, T, K) loading probabilities p^k (eq. 3.4); proto only
-
-
-def one_hot(x: torch.Tensor) -> torch.Tensor:
-    """Token ids (B, T) -> one-hot float inputs (B, T, VOCAB)."""
-    return F.one_hot(x, VOCAB).float()
 
 
 def build_model(
@@ -63,12 +51,6 @@ def build_model(
 
     Raises ValueError naming the setting when a value does not fit the model.
     """
-    # imported here: each model module imports ModelOutput from this one
-    from psrnn.relreg.lstm import LSTMModel
-    from psrnn.relreg.proto import ProtoLSTM
-    from psrnn.relreg.rmc import RMCModel
-    from psrnn.relreg.transformer import TransformerModel
-
     if kind not in MODELS:
         raise ValueError(f"model: {kind!r} is not one of {', '.join(MODELS)}")
     if noise < 0:

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from psrnn.relreg.models import CLASSES, VOCAB, ModelOutput, one_hot
+from psrnn.relreg.base import CLASSES, VOCAB, ModelOutput, one_hot
 
 
 class ProtoLSTMCell(nn.Module):

@@ -25,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from psrnn.relreg.models import CLASSES, VOCAB, ModelOutput
+from psrnn.relreg.base import CLASSES, VOCAB, ModelOutput
 
 
 def positions(steps: int, width: int, like: torch.Tensor) -> torch.Tensor:
