@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from psrnn import config as C
-from psrnn.relreg.results import (
+from psrnn.relreg.collect import (
     RelRegSuite,
     bit_counts,
     paper_value,

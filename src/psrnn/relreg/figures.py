@@ -28,10 +28,13 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn import config as C  # noqa: E402
-from psrnn.relreg.results import FIGURE_TITLES, REGULARIZERS, RelRegSuite, bit_counts, reference_rows  # noqa: E402
+from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
+from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
 from psrnn.results.figures import STYLE, _placeholder, save  # noqa: E402
 from psrnn.results.figures import _figure as _titled  # noqa: E402
+
+REGULARIZERS = ("l2", "l2_cell", "l2_noncell", "noise")  # the run settings Figures 4.1-4.2 sweep
 
 
 def _figure(s: RelRegSuite, title: str, w: float, h: float) -> Figure:
