@@ -15,7 +15,8 @@ and runs to <out>/runs/<run name>-<settings digest>/.
 A study's `window_scale` multiplies every experiment's window (rounded, at least 1): the
 digits are prepared shorter than the paper's 784 steps, and windows scale with the
 sequence while anchor counts stay, so the sum over anchors and tasks, whose size is what
-a recipe must cope with, is the paper's.
+a recipe must cope with, is the paper's. The study file, its runs and their settings:
+psrnn.recipe_plan.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import csv
 import dataclasses
 import hashlib
 import io
-import itertools
 import json
 import multiprocessing
 import os
@@ -37,12 +37,17 @@ from typing import Any
 from psrnn import config as C
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_text
+from psrnn.recipe_plan import (  # noqa: F401 (re-exports: the study file and its runs)
+    OPTIONAL_KEYS,
+    RECIPE_META,
+    STUDY,
+    STUDY_KEYS,
+    load_study,
+    recipe_configs,
+    runs,
+    settings,
+)
 
-STUDY = C.ROOT / "config" / "recipe.yaml"
-STUDY_KEYS = {"suite", "experiments", "digits", "epochs", "seed", "recipes"}
-OPTIONAL_KEYS = {"grid", "window_scale"}
-# a recipe's own keys besides run settings: which experiments it runs, its own grid
-RECIPE_META = ("experiments", "grid")
 CSV_COLUMNS = (
     "run",
     "experiment",
@@ -55,79 +60,6 @@ CSV_COLUMNS = (
     "valid_main_loss",
     "valid_acc",
 )
-
-
-def load_study(path: str | Path = STUDY) -> dict[str, Any]:
-    """The study file, its suite config loaded and validated; unknown keys are an error."""
-    path = Path(path)
-    study = C.load_yaml(path)
-    unknown = sorted(set(study) - STUDY_KEYS - OPTIONAL_KEYS)
-    missing = sorted(STUDY_KEYS - set(study))
-    if unknown or missing:
-        raise C.ConfigError(f"{path}: unknown keys {unknown}, missing keys {missing}")
-    if not study["recipes"]:
-        raise C.ConfigError(f"{path}: recipes: none listed")
-    study["suite_config"] = C.load_suite(path.parent / study["suite"])
-    return study
-
-
-def runs(study: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
-    """run name -> (experiment, recipe, grid point), in the study's order: each recipe on
-    each of its experiments (the study's, or the recipe's own `experiments:`, a list or a
-    mapping of experiment -> its own grid) at each point of its grid (the experiment's,
-    else the recipe's `grid:`, else the study's, else one point)."""
-    out = {}
-    for recipe, keys in study["recipes"].items():
-        keys = keys or {}
-        experiments = keys.get("experiments", study["experiments"])
-        if not isinstance(experiments, dict):  # a list: each at the recipe's grid
-            experiments = dict.fromkeys(experiments)
-        for experiment, own in experiments.items():
-            grid = own or keys.get("grid", study.get("grid")) or {}  # {experiment: its own grid}
-            points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
-            for point in points:
-                tag = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}" for k, v in point.items())
-                name = f"{experiment}/{recipe}{tag}"
-                out[name] = (experiment, recipe, point)
-    return out
-
-
-def recipe_configs(
-    study: dict[str, Any], data_dir: str | Path, only: list[str] | None = None
-) -> dict[str, C.RunConfig]:
-    """run name (`runs`) -> RunConfig: the suite experiment with the recipe's keys and the
-    grid point on top, windows scaled by `window_scale`, run for exactly `epochs` epochs
-    (no early stopping) on the CPU from `data_dir`. only: recipe names."""
-    names = only or list(study["recipes"])
-    unknown = [n for n in names if n not in study["recipes"]]
-    if unknown:
-        raise C.ConfigError(f"unknown recipe(s) {', '.join(unknown)}; known: {', '.join(study['recipes'])}")
-    fixed = {
-        "max_epochs": study["epochs"],
-        "patience": 0,
-        "data_dir": str(data_dir),
-        "device": "cpu",
-        "progress": "plain",
-    }
-    scale = study.get("window_scale", 1.0)
-    configs = {}
-    for name, (experiment, recipe, point) in runs(study).items():
-        if recipe not in names:
-            continue
-        keys = {k: v for k, v in (study["recipes"][recipe] or {}).items() if k not in RECIPE_META}
-        try:
-            cfg = C.resolve_run(
-                study["suite_config"], experiment, study["seed"], overrides={**keys, **point, **fixed}
-            )
-        except (C.ConfigError, TypeError) as err:
-            raise C.ConfigError(f"recipes.{recipe} ({experiment}): {err}") from None
-        cfg = dataclasses.replace(cfg, window=max(1, round(cfg.window * scale)))
-        if not cfg.has_aux:  # settings that do nothing without decoders: one run for all values
-            cfg = dataclasses.replace(cfg, clip_scope="global", decoder_input="teacher")
-        if cfg.clip == 0:  # no clipping: the scope does nothing
-            cfg = dataclasses.replace(cfg, clip_scope="global")
-        configs[name] = cfg
-    return configs
 
 
 def prepare_digits(study: dict[str, Any], digits: str | Path, data_root: str | Path) -> Path:
@@ -248,23 +180,6 @@ def run_study(
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             trained = dict(pool.map(_train_one, tasks))
     return configs, {name: trained[first[folders[name]]] for name in configs}
-
-
-def settings(cfg: C.RunConfig) -> str:
-    """A run's settings that matter here, as the table prints them."""
-    extra = f", momentum {cfg.momentum:g}" if cfg.optimizer == "sgdr" else ""
-    clip = f"clip {cfg.clip:g}" + (" per group" if cfg.clip_scope == "groups" and cfg.clip > 0 else "")
-    if cfg.clip == 0:
-        clip = "no clip"
-    aux = ""
-    if cfg.has_aux:
-        aux = f", {cfg.anchors} x {len(cfg.tasks)} windows of {cfg.window}, decoder input {cfg.decoder_input}"
-        aux += (
-            ""
-            if cfg.aux_anchors == "sum" and cfg.aux_weight == 1
-            else f", aux {cfg.aux_anchors} x {cfg.aux_weight:g}"
-        )
-    return f"{cfg.optimizer}, lr {cfg.lr:g}{extra}, init {cfg.init}, {clip}{aux}"
 
 
 def init_gradients(cfg: C.RunConfig, count: int = 64) -> dict[str, float]:
