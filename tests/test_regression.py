@@ -9,8 +9,11 @@ from suites import TINY, write_tiny
 from psrnn import config as C
 from psrnn import regression
 from psrnn.cli import main
+from psrnn.studies import STUDIES
 
 # --- check -------------------------------------------------------------------------------------
+
+KEYS = STUDIES["psrnn"].regression_keys
 
 
 def fake_metrics(i: int) -> dict:
@@ -48,13 +51,13 @@ def test_run_ids_cover_search_and_final_runs():
 def test_compare_exact_and_with_tolerance():
     exp = {"runs/a/seed0": fake_metrics(0)}
     off = {**fake_metrics(0), "test_acc": 0.52, "test_main_loss": 1.25 * 1.01}
-    assert regression.compare(exp, {"runs/a/seed0": off}, exact=True) == [
+    assert regression.compare(exp, {"runs/a/seed0": off}, exact=True, keys=KEYS) == [
         "runs/a/seed0 test_acc: expected 0.5, got 0.52",
         f"runs/a/seed0 test_main_loss: expected 1.25, got {1.25 * 1.01!r}",
     ]
-    assert regression.compare(exp, {"runs/a/seed0": off}, exact=False) == []
+    assert regression.compare(exp, {"runs/a/seed0": off}, exact=False, keys=KEYS) == []
     far = {**off, "test_acc": 0.56, "test_main_loss": 1.4, "params_aux": 1}
-    assert regression.compare(exp, {"runs/a/seed0": far}, exact=False) == [
+    assert regression.compare(exp, {"runs/a/seed0": far}, exact=False, keys=KEYS) == [
         "runs/a/seed0 test_acc: expected 0.5, got 0.56",
         "runs/a/seed0 test_main_loss: expected 1.25, got 1.4",
         "runs/a/seed0 params_aux: expected 0, got 1",
@@ -64,7 +67,7 @@ def test_compare_exact_and_with_tolerance():
 def test_compare_names_missing_new_and_unfinished_runs():
     exp = {"runs/a/seed0": fake_metrics(0), "runs/gone/seed0": fake_metrics(1)}
     got = {"runs/a/seed0": None, "runs/new/seed0": fake_metrics(2)}
-    assert regression.compare(exp, got, exact=True) == [
+    assert regression.compare(exp, got, exact=True, keys=KEYS) == [
         "runs/a/seed0: missing (no metrics.json: the run has not finished)",
         "runs/gone/seed0: in the expected file but not in the config",
         "runs/new/seed0: not in the expected file (new run? rerun with --update)",

@@ -10,7 +10,9 @@ import pytest
 
 from psrnn import config as C
 from psrnn.cli import main
+from psrnn.engine import fit
 from psrnn.files import read_json
+from psrnn.relreg import study as S
 from psrnn.relreg import training as T
 
 CI = str(C.ROOT / "config" / "relreg-ci.yaml")
@@ -104,7 +106,7 @@ def test_every_model_setting_reaches_the_model(tmp_path):
         test_bits=(6,),
         test_count=16,
     )
-    m = T.train(cfg, tmp_path, {"experiment": "t"})
+    m = fit(cfg, tmp_path, {"experiment": "t"})
     two = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=2)
     one = build_model("rmc", hidden=8, cells=1, key_size=4, heads=2, layers=1, noise=0.0, slots=1)
     assert m["params"] == sum(p.numel() for p in two.parameters()) != sum(p.numel() for p in one.parameters())
@@ -114,15 +116,15 @@ def test_causal_reaches_the_transformer(tmp_path, monkeypatch):
     from psrnn.relreg.config import RelRegConfig
 
     built = {}
-    real = T.build_model
+    real = S.build_model
 
     def spy(kind, **kwargs):
         built.update(kwargs)
         return real(kind, **kwargs)
 
-    monkeypatch.setattr(T, "build_model", spy)
+    monkeypatch.setattr(S, "build_model", spy)
     small = dict(hidden=16, key_size=4, heads=2, epochs=1, train_size=32, valid_bits=(4,), test_bits=(6,))
-    m = T.train(RelRegConfig(model="transformer", causal=True, test_count=16, **small), tmp_path, {})
+    m = fit(RelRegConfig(model="transformer", causal=True, test_count=16, **small), tmp_path, {})
     assert built["causal"] is True and m["config"]["causal"] is True
 
 

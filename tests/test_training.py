@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+from psrnn import study as first_study
 from psrnn import training
 from psrnn.cli import UserError, main
 from psrnn.config import RunConfig
@@ -310,15 +311,15 @@ def test_run_killed_after_training_but_before_metrics_finishes_identically(tmp_p
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=2)
     ref = training.train(cfg, tmp_path / "ref", log=quiet)
-    real = training.grad_norms
+    real = first_study.grad_norms
 
     def crash(*args, **kw):
         raise Interrupt("killed while measuring gradients")
 
-    monkeypatch.setattr(training, "grad_norms", crash)
+    monkeypatch.setattr(first_study, "grad_norms", crash)
     with pytest.raises(Interrupt):
         training.train(cfg, tmp_path / "run", log=quiet)
-    monkeypatch.setattr(training, "grad_norms", real)
+    monkeypatch.setattr(first_study, "grad_norms", real)
     calls = []
     again = training.train(cfg, tmp_path / "run", on_step=lambda *a: calls.append(a), log=quiet)
     assert calls == []  # no epoch was trained again
@@ -362,8 +363,8 @@ def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(
     ckpt = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
     del ckpt["config"]["bucket"]
     torch.save(ckpt, tmp_path / "run" / "ckpt_last.pt")
-    assert training.config_differences(ckpt["config"], cfg.to_dict()) == []
-    assert training.config_differences(ckpt["config"], {**cfg.to_dict(), "bucket": 4}) == [
+    assert training.config_differences(ckpt["config"], cfg) == []
+    assert training.config_differences(ckpt["config"], dataclasses.replace(cfg, bucket=4)) == [
         "bucket (checkpoint 0, requested 4)"
     ]
     # what Snakemake does after the config changed: the job reruns and starts over
@@ -464,8 +465,13 @@ def test_divergence_is_the_first_epoch_above_ten_times_the_initial_loss():
         {"epoch": e, "train_main_loss": loss}
         for e, loss in enumerate([1.1, 10 * first, 11.0, 1e9, 0.5], start=1)
     ]
-    assert training.divergence(history, first) == {"epoch": 3, "train_loss": 11.0, "first_loss": first}
-    assert training.divergence(history[:2], first) is None  # exactly 10x is not above it
+    col = "train_main_loss"
+    assert training.divergence(history, first, col) == {
+        "epoch": 3,
+        "train_loss": 11.0,
+        "first_loss": first,
+    }
+    assert training.divergence(history[:2], first, col) is None  # exactly 10x is not above it
 
 
 def test_clipping_survives_huge_finite_gradients_and_matches_torch_otherwise():

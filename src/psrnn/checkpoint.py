@@ -1,6 +1,6 @@
 """A run's resumable state: what ckpt_last.pt holds (model, optimizer, scheduler, every RNG,
-the run's progress) and when a checkpoint may be resumed (same settings, same prepared
-data; psrnn.training uses it after every epoch).
+the run's progress) and when a checkpoint may be resumed (same settings but the study's
+resume-exempt ones, same data; psrnn.engine uses it after every epoch, for every study).
 """
 
 from __future__ import annotations
@@ -13,23 +13,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from psrnn import __version__
-from psrnn import config as C
+from psrnn import __version__, studies
 from psrnn.errors import UserError
-from psrnn.files import md5sum, torch_save, write_bytes
+from psrnn.files import torch_save, write_bytes
 
 if TYPE_CHECKING:
-    from psrnn.models import PSRNN
-
-# settings a run may resume across: where and how it shows progress, and max_tokens (the
-# same batches' gradients in more or fewer pieces: lower it and resume after running out
-# of GPU memory)
-RESUME_EXEMPT = ("progress", "device", "max_tokens")
+    from torch import nn
 
 
 class ConfigChanged(UserError):
-    """ckpt_last.pt was written with other run settings (or data) than the ones requested;
-    `differences` lists them, one 'key (checkpoint X, requested Y)' each."""
+    """ckpt_last.pt (or a finished run's metrics.json) was written with other run settings
+    (or data) than the ones requested; `differences` lists them, one 'key (checkpoint X,
+    requested Y)' each."""
 
     def __init__(self, path: Path, differences: list[str]):
         self.path, self.differences = path, differences
@@ -58,11 +53,15 @@ class RunState:
     epoch: int = 0  # completed training epochs
     history: list[dict[str, float]] = field(default_factory=list)
     best_valid_acc: float = -1.0
+    # the study's selection score of the best epoch (psrnn.engine.Hooks.score): a later
+    # epoch is the best when its score is greater (its first entry is the accuracy)
+    best_score: list[float] = field(default_factory=lambda: [-1.0])
     best_epoch: int = 0
     since_best: int = 0  # epochs without a new best validation accuracy
     stopped: str | None = None  # "early_stopping" | "max_epochs" once training is over
     best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
-    captures: dict[int, torch.Tensor] = field(default_factory=dict)  # epoch -> (S, T, d)
+    # epoch -> what the study captures then (psrnn.engine.Hooks.capture)
+    captures: dict[int, torch.Tensor] = field(default_factory=dict)
     train_time_s: float = 0.0  # time in training passes (for samples_per_s)
     wall_time_s: float = 0.0  # all sessions together
     peak_memory_mb: float = 0.0  # the largest of all sessions (machine.PeakMemory)
@@ -93,15 +92,8 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
     gens.anchors.set_state(state["anchors"])
 
 
-def data_identity(cfg: C.RunConfig) -> str:
-    """md5 of the prepared dataset's manifest.json: it records the sources' md5s, the
-    preparation options and the resulting counts and lengths, so re-prepared data with
-    other settings has another identity (a checkpoint is only resumed on the same data)."""
-    return md5sum(Path(cfg.data_dir) / "manifest.json")
-
-
 def save_last(
-    path: Path, cfg: C.RunConfig, st: RunState, model: PSRNN, opt, sched, gens: Generators, data: str
+    path: Path, cfg: Any, st: RunState, model: nn.Module, opt, sched, gens: Generators, data: str | None
 ) -> None:
     torch_save(
         path,
@@ -118,11 +110,13 @@ def save_last(
     )
 
 
-def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """'key (checkpoint X, requested Y)' for every setting that differs (resume-exempt aside).
-    A setting the checkpoint lacks (added to RunConfig later) counts as its default."""
-    saved = {**C.RunConfig().to_dict(), **saved}
-    keys = sorted((set(saved) | set(wanted)) - set(RESUME_EXEMPT))
+def config_differences(saved: dict[str, Any], run: Any) -> list[str]:
+    """'key (checkpoint X, requested Y)' for every setting of `run` that differs from the
+    `saved` ones (its study's resume-exempt settings aside). A setting the checkpoint lacks
+    (added to the settings later) counts as its default: the behaviour runs had before it."""
+    wanted = run.to_dict()
+    saved = {**type(run)().to_dict(), **saved}
+    keys = sorted((set(saved) | set(wanted)) - set(studies.of_settings(run).resume_exempt))
     return [
         f"{k} (checkpoint {saved.get(k)!r}, requested {wanted.get(k)!r})"
         for k in keys
@@ -130,16 +124,19 @@ def config_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[st
     ]
 
 
-def checkpoint_differences(ckpt: dict[str, Any], cfg: C.RunConfig, data: str) -> list[str]:
-    """What makes a loaded ckpt_last.pt another run than `cfg` on `data` (empty: the same)."""
-    diff = config_differences(ckpt["config"], cfg.to_dict())
+def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> list[str]:
+    """What makes a loaded ckpt_last.pt another run than `run` on `data` (empty: the same)."""
+    diff = config_differences(ckpt["config"], run)
     saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
     if saved_data is not None and saved_data != data:
         diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    unknown = set(ckpt.get("state", {})) - set(RunState.__dataclass_fields__)
+    if unknown:
+        diff.append(f"run state of an earlier psrnn ({', '.join(sorted(unknown))})")
     return diff
 
 
-def adopt(source: Path, out_dir: Path, cfg: C.RunConfig, data: str) -> str:
+def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
     """Copy `source`'s checkpoints into `out_dir` when they are of the same run (settings,
     seed, data): a final run that is its experiment's search run at the selected point
     resumes from it instead of training again. Returns what was done, for the log."""
@@ -157,7 +154,7 @@ def adopt(source: Path, out_dir: Path, cfg: C.RunConfig, data: str) -> str:
 
 
 def load_last(
-    path: Path, cfg: C.RunConfig, model: PSRNN, opt, sched, gens: Generators, data: str
+    path: Path, cfg: Any, model: nn.Module, opt, sched, gens: Generators, data: str | None
 ) -> RunState:
     # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -169,6 +166,8 @@ def load_last(
     if sched is not None:
         sched.load_state_dict(ckpt["scheduler"])
     set_rng_state(ckpt["rng"], gens)
-    st = RunState(**ckpt["state"])
+    state = dict(ckpt["state"])
+    state.setdefault("best_score", [state["best_valid_acc"]])  # written before best_score existed
+    st = RunState(**state)
     st.captures = {int(k): v for k, v in st.captures.items()}
     return st

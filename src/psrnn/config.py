@@ -319,6 +319,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
     if study not in studies.STUDIES:
         raise ConfigError(f"{source}: study: {study!r} is not a study; known: {', '.join(studies.STUDIES)}")
     _raise_first_error(_validator(None, study), cfg, source=source)
+    spec = studies.STUDIES[study]
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
             raise ConfigError(
@@ -334,8 +335,8 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
                 run = coerce_run(values, study)
             except (ConfigError, TypeError) as err:
                 raise ConfigError(f"{source}: experiments.{name}: {err}") from None
-            if isinstance(run, RunConfig):
-                check_window(cfg, name, run, source)
+            if spec.check_in_suite:
+                studies.load(spec.check_in_suite)(cfg, name, run, source)
     return cfg
 
 

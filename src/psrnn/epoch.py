@@ -26,7 +26,7 @@ from torch import nn
 from psrnn import config as C
 from psrnn.checkpoint import Generators
 from psrnn.data import SequenceSplit, batch_order, micro_batches
-from psrnn.errors import UserError
+from psrnn.errors import TrainingDiverged
 from psrnn.models import PSRNN, hidden_states, sample_anchors
 from psrnn.runlog import heartbeat_line
 
@@ -34,11 +34,6 @@ EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
 HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
 
 StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
-
-
-class TrainingDiverged(UserError):
-    """The loss became NaN/inf; the last good checkpoint is kept and no metrics are written.
-    (A finite loss that explodes does not raise: see runlog.divergence().)"""
 
 
 def draw_anchors(

@@ -8,3 +8,9 @@ and exits with status 2 (psrnn.cli.main); anything else is a bug and keeps its t
 
 class UserError(Exception):
     """An error caused by input (config, archive, path): printed as one line, exit 2."""
+
+
+class TrainingDiverged(UserError):
+    """The training loss became NaN/inf: the run stops, its last good checkpoint is kept and
+    no metrics are written. (A finite loss that explodes does not raise: it is recorded as
+    metrics.json's `diverged`, psrnn.runlog.divergence.)"""

@@ -4,14 +4,14 @@
     python -m psrnn check --config config/small.yaml --update   # rewrite tests/expected/small.json
 
 Every run the config defines (final runs and grid-search runs) is compared key by key
-(KEYS) with `tests/expected/<name>.json`. The expected file records the platform it was
-made on (PLATFORM_KEYS: OS, CPU architecture and vector extension, torch version, the
-runs' device). On that platform training is deterministic, so the comparison is exact;
-anywhere else it uses TOLERANCE, wide enough for the float differences between CPUs or
-torch builds on a few-epoch run, narrow enough to catch a changed model or protocol
-(parameter counts are always exact). Each difference is one line: run, key, expected,
-got. `--update` rewrites the file from the current runs, on purpose, after a change that
-is meant to move the numbers.
+(the study's regression_keys, psrnn.studies) with `tests/expected/<name>.json`. The
+expected file records the platform it was made on (PLATFORM_KEYS: OS, CPU architecture
+and vector extension, torch version, the runs' device). On that platform training is
+deterministic, so the comparison is exact; anywhere else it uses TOLERANCE, wide enough
+for the float differences between CPUs or torch builds on a few-epoch run, narrow
+enough to catch a changed model or protocol (parameter counts are always exact). Each
+difference is one line: run, key, expected, got. `--update` rewrites the file from the
+current runs, on purpose, after a change that is meant to move the numbers.
 """
 
 from __future__ import annotations
@@ -24,45 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn import studies
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
-# metrics.json key -> kind of value (picks the tolerance)
-KEYS = {
-    "test_acc": "acc",
-    "best_valid_acc": "acc",
-    "best_epoch": "epoch",
-    "epochs_run": "epoch",
-    "test_main_loss": "loss",
-    "test_aux_loss": "loss",
-    "valid_main_loss": "loss",
-    "valid_aux_loss": "loss",
-    "train_main_loss": "loss",
-    "train_aux_loss": "loss",
-    "params": "count",
-    "params_main": "count",
-    "params_head": "count",
-    "params_aux": "count",
-}
-# the second study's runs (psrnn.relreg.training) record these instead
-STUDY_KEYS = {
-    "relreg": {
-        "test_acc": "acc",
-        "test_bit_acc": "acc",
-        "best_valid_acc": "acc",
-        "best_epoch": "epoch",
-        "epochs_run": "epoch",
-        "valid_main_loss": "loss",
-        "train_loss": "loss",
-        "params": "count",
-        "cell_params": "count",
-    }
-}
-
 
 def keys_for(cfg: dict[str, Any]) -> dict[str, str]:
-    """The metrics.json keys compared for the config's study."""
-    return STUDY_KEYS.get(cfg.get("study", "psrnn"), KEYS)
+    """The metrics.json keys compared for the config's study (its regression_keys)."""
+    return studies.study_of(cfg).regression_keys
 
 
 # Off the expected platform: |got - expected| <= abs + rel * |expected|.
@@ -111,7 +80,7 @@ def compare(
     expected: dict[str, dict[str, Any]],
     got: dict[str, dict[str, Any] | None],
     exact: bool,
-    keys: dict[str, str] = KEYS,
+    keys: dict[str, str],
 ) -> list[str]:
     """One line per difference: `<run> <key>: expected X, got Y` (or a missing run)."""
     lines = []

@@ -1,12 +1,15 @@
-"""The studies the suite reproduces. A suite config's `study:` key picks one (default
-`psrnn`, the first study); the same CLI, Snakefile, selection and compile serve both.
+"""The studies the suite reproduces, one row each. A suite config's `study:` key picks one
+(default `psrnn`, the first study); the same CLI, engine (psrnn.engine), Snakefile,
+selection, check and compile serve every study alike.
 
     python -m psrnn config config/relreg.yaml     # study: relreg
 
-A study names its run-settings dataclass, its schema overlay (entries replacing those of
-config/schema.yaml), the module whose `run(args)` trains one run, the module that compiles
-its results, its reference numbers, and whether its data comes through the download and
-prepare jobs (generated data does not). Adding a study is one row here plus those modules.
+A row names the study's run-settings dataclass and its checks, its schema overlay (entries
+replacing those of config/schema.yaml), its hooks module (the science the engine calls:
+data, model, optimizer, one epoch, evaluation, the run's own outputs; psrnn.engine.Hooks
+says what it holds), its results module (`output_paths(cfg)` and `compile(cfg,
+results_dir, reference)`), its reference numbers, and the facts the shared code asks of
+it. Adding a study is one row here plus those modules (README: "Add a study").
 """
 
 from __future__ import annotations
@@ -23,14 +26,34 @@ ROOT = Path(__file__).resolve().parents[2]
 class Study:
     name: str
     title: str
-    run_config: str  # "module:Class" of the run settings
-    check: str  # "module:function" of the run settings' cross-field checks
+    run_config: str  # "module:Class" of the run settings (a frozen dataclass with to_dict())
+    check: str  # "module:function(run)": the run settings' cross-field checks
+    check_in_suite: str | None  # "module:function(suite, experiment, run, source)": against the suite
     schema: str | None  # overlay on config/schema.yaml (None: that schema as it is)
-    trainer: str  # module with run(args) for `python -m psrnn train`
+    hooks: str  # module the engine trains a run with (psrnn.engine.Hooks)
     results: str  # module with output_paths(cfg) and compile(cfg, results_dir, reference)
     reference: str  # reference numbers, relative to the project root
     data_jobs: bool  # download + prepare jobs feed its runs
     paper: bool  # paper/main.tex is its paper (the `paper` job)
+    # settings a run may change and still resume its checkpoint (how it shows progress,
+    # where it runs; they change no number)
+    resume_exempt: tuple[str, ...]
+    # metrics.json key -> kind of value, compared by `psrnn check` (kind picks the tolerance)
+    regression_keys: dict[str, str]
+
+    def settings(self) -> type:
+        return load(self.run_config)
+
+    def engine_hooks(self) -> Any:
+        return importlib.import_module(self.hooks)
+
+    def output_paths(self, cfg: dict[str, Any]) -> list[Path]:
+        """Every file the study's compile writes for a validated suite config."""
+        return load(f"{self.results}:output_paths")(cfg)
+
+    def compile(self, cfg: dict[str, Any], results_dir: Path, reference: str | Path) -> list[Path]:
+        """Write the study's tables, figures, metrics.json and REPORT.md; returns the paths."""
+        return load(f"{self.results}:compile")(cfg, results_dir, reference)
 
 
 STUDIES = {
@@ -39,27 +62,60 @@ STUDIES = {
         title="Private and shared representations in RNNs (semi-supervised sequence classification)",
         run_config="psrnn.config:RunConfig",
         check="psrnn.config:check_run",
+        check_in_suite="psrnn.config:check_window",
         schema=None,
-        trainer="psrnn.training",
-        results="psrnn.results",
+        hooks="psrnn.study",
+        results="psrnn.results.compile",
         reference="config/reference.yaml",
         data_jobs=True,
         paper=True,
+        # max_tokens: the same batches' gradients in more or fewer pieces (lower it and
+        # resume after running out of GPU memory)
+        resume_exempt=("progress", "device", "max_tokens"),
+        regression_keys={
+            "test_acc": "acc",
+            "best_valid_acc": "acc",
+            "best_epoch": "epoch",
+            "epochs_run": "epoch",
+            "test_main_loss": "loss",
+            "test_aux_loss": "loss",
+            "valid_main_loss": "loss",
+            "valid_aux_loss": "loss",
+            "train_main_loss": "loss",
+            "train_aux_loss": "loss",
+            "params": "count",
+            "params_main": "count",
+            "params_head": "count",
+            "params_aux": "count",
+        },
     ),
     "relreg": Study(
         name="relreg",
         title="Relation-level regularization: proto-LSTM cells with a relation loader (Binary Counter)",
         run_config="psrnn.relreg.config:RelRegConfig",
         check="psrnn.relreg.config:check_run",
+        check_in_suite=None,
         schema="config/relreg.schema.yaml",
-        trainer="psrnn.relreg.training",
+        hooks="psrnn.relreg.study",
         results="psrnn.relreg.results",
         reference="config/relreg-reference.yaml",
         data_jobs=False,
         paper=False,
+        resume_exempt=("progress", "device"),
+        regression_keys={
+            "test_acc": "acc",
+            "test_bit_acc": "acc",
+            "best_valid_acc": "acc",
+            "best_epoch": "epoch",
+            "epochs_run": "epoch",
+            "valid_main_loss": "loss",
+            "train_loss": "loss",
+            "params": "count",
+            "cell_params": "count",
+        },
     ),
 }
-DEFAULT = "psrnn"
+DEFAULT = "psrnn"  # the study of a suite config without `study:`
 
 
 def study_name(cfg: dict[str, Any]) -> str:
@@ -71,12 +127,10 @@ def study_of(cfg: dict[str, Any]) -> Study:
     return STUDIES[study_name(cfg)]
 
 
-def of_run(run: Any) -> Any:
-    """The trainer module of the study whose run settings `run` is (its `train` function
-    takes the run, its folder, metadata, restart_on_change and reuse)."""
+def of_settings(run: Any) -> Study:
+    """The study whose run settings `run` is."""
     ref = f"{type(run).__module__}:{type(run).__qualname__}"
-    study = next(s for s in STUDIES.values() if s.run_config == ref)
-    return importlib.import_module(study.trainer)
+    return next(s for s in STUDIES.values() if s.run_config == ref)
 
 
 def load(ref: str) -> Any:

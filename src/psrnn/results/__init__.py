@@ -14,8 +14,9 @@ hidden_states.npz, grad_norms.npz), `data/<name>/prepared/<dataset>/manifest.jso
     (paper/paper.pdf and paper/build.json come from `python -m psrnn paper`, psrnn.results.paper)
 
 Same inputs give byte-identical outputs; unfinished runs are shown as missing ("—").
-Another study's config (`study:`, psrnn.studies) is compiled by that study's results module,
-e.g. psrnn.relreg.results (Table 4.5 and Figures 4.1-4.4), which reuses these modules.
+Every study's config is compiled by its results module (psrnn.studies): the first
+study's is psrnn.results.compile, the second's psrnn.relreg.results (Table 4.5 and
+Figures 4.1-4.4), which reuses these modules.
 Modules: compile (the command), collect (reading), stats, tables, figures, report, paper.
 This file holds what the workflow needs without them: the output names and figure titles.
 """
@@ -25,7 +26,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from psrnn import config as C
 from psrnn import studies
 
 TABLES = ("table1", "table2", "table3", "table4")
@@ -41,20 +41,6 @@ FIGURE_TITLES = {  # the figures' titles, also their captions in REPORT.md and -
 
 
 def output_paths(cfg: dict[str, Any]) -> list[Path]:
-    """Every file `compile` writes for a validated suite config (for workflow rules)."""
-    study = studies.study_of(cfg)
-    if study.name != studies.DEFAULT:  # another study's results module lists its own
-        return studies.load(f"{study.results}:output_paths")(cfg)
-    root = C.results_root(cfg)
-    stems = [
-        "fig1_gradient_norms",
-        "fig2_shared_proportion",
-        "fig3_hidden_states",
-        *(f"curves_{e}" for e in C.enabled_experiments(cfg)),
-    ]
-    return (
-        [root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
-        + [root / "tables" / "psrnn-config.tex"]
-        + [root / "figures" / f"{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
-        + [root / "REPORT.md", root / "metrics.json"]
-    )
+    """Every file `compile` writes for a validated suite config of any study (for workflow
+    rules): its study's results module lists them (psrnn.studies)."""
+    return studies.study_of(cfg).output_paths(cfg)

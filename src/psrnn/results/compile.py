@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from psrnn import config as C
 from psrnn import studies
+from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -46,28 +48,39 @@ def compile_all(s, results_dir: Path) -> list[Path]:
     return written + [results_dir / "REPORT.md"]
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = C.load_suite(args.config)
-    study = studies.study_of(cfg)
-    if study.name != studies.DEFAULT:  # another study compiles its own tables and figures
-        results_dir = C.results_root(cfg)
-        written = studies.load(f"{study.results}:compile")(
-            cfg, results_dir, args.reference or C.ROOT / study.reference
-        )
-        print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
-        return 0
+def output_paths(cfg: dict[str, Any]) -> list[Path]:
+    """Every file `compile` writes for a validated first-study suite config."""
+    root = C.results_root(cfg)
+    stems = [
+        "fig1_gradient_norms",
+        "fig2_shared_proportion",
+        "fig3_hidden_states",
+        *(f"curves_{e}" for e in C.enabled_experiments(cfg)),
+    ]
+    return (
+        [root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
+        + [root / "tables" / "psrnn-config.tex"]
+        + [root / "figures" / f"{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
+        + [root / "REPORT.md", root / "metrics.json"]
+    )
 
-    from psrnn.results.collect import REFERENCE_PATH, gather, load_reference
+
+def compile(cfg: dict[str, Any], results_dir: Path, reference_path: str | Path) -> list[Path]:
+    """The first study's tables, figures, metrics.json and REPORT.md from its finished runs."""
+    from psrnn.results.collect import gather, load_reference
     from psrnn.results.fmt import SMALL_LABEL
     from psrnn.results.report import all_runs
 
-    reference = load_reference(args.reference or REFERENCE_PATH)
-    results_dir = C.results_root(cfg)
-    s = gather(cfg, reference, results_dir, C.data_root(cfg))
+    s = gather(cfg, load_reference(reference_path), results_dir, C.data_root(cfg))
     finished, expected = len(all_runs(s)), len(s.experiments) * len(cfg["seeds"])
-    written = compile_all(s, results_dir)
-    print(
-        f"compile: {len(written)} files in {results_dir} from {finished} of {expected} runs"
-        + ("" if s.paper_scale else f" ({SMALL_LABEL})")
-    )
+    print(f"compile: from {finished} of {expected} runs" + ("" if s.paper_scale else f" ({SMALL_LABEL})"))
+    return compile_all(s, results_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.config)
+    study = studies.study_of(cfg)
+    results_dir = C.results_root(cfg)
+    written = study.compile(cfg, results_dir, args.reference or C.ROOT / study.reference)
+    print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
     return 0
