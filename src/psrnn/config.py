@@ -9,15 +9,14 @@ Schema 2020-12) before anything runs. Every experiment resolves, per seed, to on
 `RunConfig`: defaults < experiment < selected grid point < command-line `--set`.
 
 Config files and `--set` values are read by `ConfigLoader`: YAML as PyYAML reads it, except
-that 1e-3 is a number (as in YAML 1.2) and a repeated key is an error.
+that 1e-3 is a number (as in YAML 1.2) and a repeated key is an error. Grid points and the
+folders of data, runs and searches: psrnn.paths (importable from here too).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
-import json
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -28,6 +27,17 @@ import yaml
 from psrnn import studies
 from psrnn.datasets import REGISTRY
 from psrnn.errors import UserError
+from psrnn.paths import (  # noqa: F401 (re-exports: grid points and the folder layout)
+    TIED,
+    data_root,
+    grid_points,
+    has_grid,
+    point_overrides,
+    results_root,
+    run_dir,
+    search_dir,
+    selection_path,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "config" / "schema.yaml"
@@ -128,8 +138,6 @@ class RunConfig:
 RUN_FIELDS = {f.name: f for f in fields(RunConfig)}
 # Keys an experiment may carry besides RunConfig fields.
 EXPERIMENT_META = ("ref", "grid", "note", "figure")
-# A grid key whose items are sets of settings that vary together (grid_points)
-TIED = "tied"
 
 
 def coerce_run(values: dict[str, Any], study: str = studies.DEFAULT) -> Any:
@@ -438,73 +446,6 @@ def enabled_experiments(cfg: dict[str, Any]) -> list[str]:
     return [n for n, e in cfg["experiments"].items() if e["dataset"] in on]
 
 
-def grid_points(exp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """[(point_id, overrides)] for an experiment's grid; [("default", {})] without one.
-
-    The grid is the product of its keys' value lists, each crossed with every item of
-    `tied` (settings that vary together) when it has one. Point ids are stable and
-    filesystem-safe: keys sorted, e.g. `hidden-64_lr-0.1`.
-    """
-    # cached by the grid's JSON: Snakemake asks for one point per job, and a full grid
-    # has thousands (config/relreg-full.yaml: 6,140), so rebuilding it each time is quadratic
-    return [(pid, dict(values)) for pid, values in _grid_points(_grid_key(exp))]
-
-
-def point_overrides(exp: dict[str, Any], point: str) -> dict[str, Any] | None:
-    """The settings of grid point `point` of `exp` (None: no such point)."""
-    found = _grid_index(_grid_key(exp)).get(point)
-    return None if found is None else dict(found)
-
-
-def _grid_key(exp: dict[str, Any]) -> str:
-    return json.dumps(exp.get("grid") or {}, sort_keys=True)
-
-
-@functools.lru_cache(maxsize=64)
-def _grid_index(grid_json: str) -> dict[str, dict[str, Any]]:
-    return dict(_grid_points(grid_json))
-
-
-@functools.lru_cache(maxsize=64)
-def _grid_points(grid_json: str) -> tuple[tuple[str, dict[str, Any]], ...]:
-    grid = json.loads(grid_json)
-    if not grid:
-        return (("default", {}),)
-    keys = sorted(k for k in grid if k != TIED)
-    points = []
-    for combo in itertools.product(*(grid[k] for k in keys)):
-        for tied in grid.get(TIED) or [{}]:
-            values = {**dict(zip(keys, combo)), **tied}
-            pid = "_".join(f"{k}-{_slug(values[k])}" for k in sorted(values))
-            points.append((pid, values))
-    return tuple(points)
-
-
-def _slug(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "", text)
-
-
-def data_root(cfg: dict[str, Any]) -> Path:
-    return Path("data") / cfg["name"]
-
-
-def results_root(cfg: dict[str, Any]) -> Path:
-    return Path("results") / cfg["name"]
-
-
-def run_dir(cfg: dict[str, Any], experiment: str, seed: int) -> Path:
-    return results_root(cfg) / "runs" / experiment / f"seed{seed}"
-
-
-def search_dir(cfg: dict[str, Any], experiment: str, point: str) -> Path:
-    return results_root(cfg) / "search" / experiment / point
-
-
-def selection_path(cfg: dict[str, Any], experiment: str) -> Path:
-    return results_root(cfg) / "search" / experiment / "selected.json"
-
-
 def resolve_run(
     cfg: dict[str, Any],
     experiment: str,
@@ -540,7 +481,3 @@ def resolve_run(
     if study.data_jobs:
         values.setdefault("data_dir", str(data_root(cfg) / "prepared" / exp["dataset"]))
     return coerce_run(values, study.name)
-
-
-def has_grid(cfg: dict[str, Any], experiment: str) -> bool:
-    return bool(cfg["experiments"][experiment].get("grid"))
