@@ -1,7 +1,9 @@
 """House rules the tools check: ruff's lint rules and formatting (pyproject.toml's
 [tool.ruff]) over src/ and tests/, so CI fails on a new unused import or an unformatted file;
-and mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error."""
+mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; and the
+package's shape: no import cycle between its modules, none longer than MAX_LINES."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,8 @@ import pytest
 from psrnn.config import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
+SRC = ROOT / "src"
+MAX_LINES = 500  # a module of one job reads in a sitting; split a longer one along a seam
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])
@@ -23,3 +27,129 @@ def test_mypy_passes():
     # the files and settings are [tool.mypy]'s; about 20 s from a cold cache, 1 s warm
     res = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# --- the package's shape ------------------------------------------------------------------------
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Module name -> file of every module under `src` (a package's __init__.py names the package)."""
+    out = {}
+    for path in sorted(src.rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported(name: str, path: Path, known: set[str] | dict[str, Path]) -> set[str]:
+    """The modules of `known` that module `name` (file `path`) imports, anywhere in it (inside
+    functions too) but under `if TYPE_CHECKING:`. `from psrnn.x import y` imports psrnn.x, and
+    psrnn.x.y too when y is a submodule; relative imports count like absolute ones."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for other in child.orelse:
+                    visit_one(other)
+            else:
+                visit_one(child)
+
+    def visit_one(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+        else:
+            visit(node)
+
+    visit(ast.parse(path.read_text(), filename=str(path)))
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    known = modules(src)
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every
+    module of one imports, through the others, every other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def test_the_import_graph_reads_every_kind_of_import(tmp_path):
+    files = {
+        "psrnn/__init__.py": "",
+        "psrnn/a.py": "import psrnn.b\nfrom psrnn import c\nfrom psrnn.sub import d, helper\n",
+        "psrnn/b.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from psrnn import a\n",
+        "psrnn/c.py": "def f():\n    from .b import x\n",
+        "psrnn/sub/__init__.py": "from . import d\n",
+        "psrnn/sub/d.py": "from ..a import y\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = import_graph(tmp_path)
+    assert graph == {
+        "psrnn": set(),
+        "psrnn.a": {"psrnn", "psrnn.b", "psrnn.c", "psrnn.sub", "psrnn.sub.d"},
+        "psrnn.b": set(),  # only under TYPE_CHECKING
+        "psrnn.c": {"psrnn.b"},  # inside a function, relative
+        "psrnn.sub": {"psrnn.sub.d"},
+        "psrnn.sub.d": {"psrnn.a"},
+    }
+    assert import_cycles(graph) == [["psrnn.a", "psrnn.sub", "psrnn.sub.d"]]
+
+
+def test_no_import_cycle_in_the_package():
+    graph = import_graph(SRC)
+    cycles = import_cycles(graph)
+    edges = ["; ".join(f"{a} -> {b}" for a in c for b in sorted(graph[a] & set(c))) for c in cycles]
+    assert not cycles, "import cycles (each line: the imports that close one):\n" + "\n".join(edges)
+
+
+def test_no_module_is_longer_than_max_lines():
+    lengths = {name: len(path.read_text().splitlines()) for name, path in modules(SRC).items()}
+    assert not {n: k for n, k in lengths.items() if k > MAX_LINES}, f"modules over {MAX_LINES} lines"
