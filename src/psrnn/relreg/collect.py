@@ -186,5 +186,12 @@ def selection_data(st: dict[str, Any]) -> str:
     return f"{numbers}, the {train}-bit training length included"
 
 
+def summary_columns(
+    prefix: str, x: Summary, keys: tuple[str, ...] = ("mean", "ci_low", "ci_high")
+) -> dict[str, Any]:
+    """CSV columns `<prefix>_<key>` of a summary's numbers, in `keys`' order."""
+    return {f"{prefix}_{k}": getattr(x, k) for k in keys}
+
+
 def with_ci(x: Summary) -> str:
     return fmt.DASH if x.n == 0 else f"{x.mean:.2f}" + (f" {fmt.ci(x)}" if x.n > 1 else "")

@@ -46,6 +46,7 @@ from psrnn.relreg.collect import (  # noqa: F401 (re-exports: the gathered runs 
     rows,
     selection_data,
     short,
+    summary_columns,
     with_ci,
 )
 from psrnn.relreg.report import report_markdown
@@ -84,15 +85,11 @@ def table45(s: Suite) -> Table:
                 **{k: r[k] for k in ("ref", "model", "experiment", "bits", "count")},
                 "paper_acc": r["paper"],
                 "n": r["seq"].n,
-                "seq_acc_mean": r["seq"].mean,
-                "seq_acc_std": r["seq"].std,
-                "seq_acc_ci_low": r["seq"].ci_low,
-                "seq_acc_ci_high": r["seq"].ci_high,
+                **summary_columns("seq_acc", r["seq"], ("mean", "std", "ci_low", "ci_high")),
                 "seq_acc_ci_clipped": r["seq"].clipped,
                 "seq_acc_ci_uninformative": r["seq"].uninformative,
                 "diff": r["seq"].mean - r["paper"] if r["paper"] is not None else math.nan,
-                "bit_acc_mean": r["bit"].mean,
-                "bit_acc_std": r["bit"].std,
+                **summary_columns("bit_acc", r["bit"], ("mean", "std")),
                 "verdict": r["verdict"],
             }
             for r in recs
