@@ -1,9 +1,9 @@
-"""One Binary Counter run through `python -m psrnn train`: what it writes, that it is
-deterministic, resumes after an interruption, stops on a NaN loss, and that a final run
-reuses its search run."""
+"""One Binary Counter run through `python -m psrnn train`: what it writes, that every
+model setting reaches the model, and that a final run reuses its search run. Resume,
+refusal of changed settings, the NaN stop and the divergence flag are the engine's, checked
+for every study in test_study_contract.py."""
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -38,40 +38,6 @@ def test_run_writes_the_contract(tmp_path):
     assert z["steps"].shape == (4, 10, 4) and np.allclose(z["steps"].sum(-1), 1, atol=1e-5)
     assert z["hist"].shape == (1 + 5, T.HIST_BINS) and np.allclose(z["hist"].sum(1), 1)
     assert z["inputs"][0].tolist() == [2, 0, 0, 1, 1, 1, 1, 1, 1, 1]  # the thesis' Figure 4.3 example
-
-
-def test_same_seed_same_numbers_and_an_interrupted_run_resumes(tmp_path, monkeypatch):
-    train(tmp_path / "whole")
-    real = T.train_epoch
-    calls = {"n": 0}
-
-    def dies_in_epoch_3(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(T, "train_epoch", dies_in_epoch_3)
-    with pytest.raises(KeyboardInterrupt):
-        train(tmp_path / "cut")
-    assert not (tmp_path / "cut" / "metrics.json").exists()
-    monkeypatch.setattr(T, "train_epoch", real)
-    train(tmp_path / "cut")
-    whole, cut = read_json(tmp_path / "whole" / "metrics.json"), read_json(tmp_path / "cut" / "metrics.json")
-    for key in ("test", "best_valid_acc", "best_epoch", "valid_main_loss", "train_loss"):
-        assert cut[key] == whole[key], key
-    assert (tmp_path / "cut" / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
-
-
-def test_changed_settings_are_named_and_nan_stops_the_run(tmp_path, monkeypatch, capsys):
-    train(tmp_path / "a")
-    assert train(tmp_path / "a", "--set", "epochs=6") == 2
-    assert "epochs" in capsys.readouterr().err
-    monkeypatch.setattr(T, "penalty", lambda *a: __import__("torch").tensor(math.nan))
-    assert train(tmp_path / "b") == 2
-    err = capsys.readouterr().err
-    assert "training loss is not finite in epoch 1" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "b" / "metrics.json").exists()
 
 
 def test_final_run_reuses_its_search_run(tmp_path, capsys):

@@ -115,7 +115,7 @@ def train_epoch(
     device: torch.device,
     e: Epoch,
 ) -> dict[str, float]:
-    loss, pen = T.train_epoch(model, run, data, opt, gens.shuffle, device)
+    loss, pen = T.train_epoch(model, run, data, opt, gens.shuffle, device, e.number, e.on_step)
     return {"train_loss": loss, "train_penalty": pen}
 
 

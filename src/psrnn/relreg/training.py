@@ -103,10 +103,18 @@ def histogram(p: torch.Tensor | None) -> list[float]:
 
 
 def train_epoch(
-    model: torch.nn.Module, cfg: RelRegConfig, data: Data, opt, shuffle: torch.Generator, device
+    model: torch.nn.Module,
+    cfg: RelRegConfig,
+    data: Data,
+    opt,
+    shuffle: torch.Generator,
+    device,
+    epoch: int = 1,
+    on_step=None,
 ) -> tuple[float, float]:
     """One pass over the training sequences in random batches: (mean bit loss, mean penalty);
-    NaN at the first non-finite loss (the engine stops the run)."""
+    NaN at the first non-finite loss (the engine stops the run). on_step(epoch, step, model)
+    is called after every optimizer step."""
     model.train()
     order = torch.randperm(len(data.train), generator=shuffle)
     loss_sum = pen_sum = 0.0
@@ -125,6 +133,8 @@ def train_epoch(
         if cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
+        if on_step is not None:
+            on_step(epoch, steps + 1, model)
         loss_sum += float(loss.detach())
         pen_sum += float(pen.detach())
         steps += 1

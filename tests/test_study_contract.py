@@ -1,0 +1,189 @@
+"""Every study against the engine (psrnn.engine): what a run of any study promises, checked
+on a tiny run of each. A new study adds its case to CASES and passes these unchanged.
+
+Exact resume after a kill, a changed checkpoint (or finished run) refused by name and
+started over on request, a finished run returned without training, the NaN stop, the
+divergence flag, the metrics keys selection and compile read, and the hooks' interface.
+The studies' own science (their models, data, tables) is tested in their own files.
+"""
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, stable, write_images
+
+from psrnn import config as C
+from psrnn import studies
+from psrnn.checkpoint import ConfigChanged
+from psrnn.engine import Hooks, fit, metric_keys
+from psrnn.errors import TrainingDiverged
+from psrnn.files import read_json
+from psrnn.relreg.config import RelRegConfig
+
+
+@dataclass
+class Case:
+    run: Any  # a tiny run of the study, 3 epochs
+    changed: Any  # the same run with one setting changed (its name below)
+    key: str
+    exploding: Any  # settings whose training loss explodes but stays finite
+
+
+def first_study(tmp_path: Path) -> Case:
+    run = small_cfg(write_images(tmp_path / "data", T=16), max_epochs=3)
+    return Case(
+        run,
+        dataclasses.replace(run, lr=0.2),
+        "lr",
+        dataclasses.replace(run, optimizer="adam", lr=1e6, clip=1.0),
+    )
+
+
+def relreg(tmp_path: Path) -> Case:
+    run = RelRegConfig(
+        model="proto",
+        hidden=8,
+        cells=2,
+        epochs=3,
+        train_size=48,
+        batch_size=16,
+        valid_bits=(4,),
+        test_bits=(6,),
+        test_count=16,
+        l2_cell=0.001,
+        noise=0.1,
+    )
+    exploding = dataclasses.replace(run, model="lstm", l2_cell=0.0, noise=0.0, optimizer="sgd", lr=1e30)
+    return Case(run, dataclasses.replace(run, noise=0.2), "noise", exploding)
+
+
+def numbers(metrics: dict) -> dict:
+    """metrics.json without what is measured or recorded about the code (time, memory, commit)."""
+    return {k: v for k, v in stable(metrics).items() if k != "git_commit"}
+
+
+def untimed(run: Path) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "epoch_time_s"} for row in read_history(run)]
+
+
+CASES: dict[str, Callable[[Path], Case]] = {"psrnn": first_study, "relreg": relreg}
+
+
+@pytest.fixture(params=sorted(studies.STUDIES))
+def case(request, tmp_path) -> Case:
+    return CASES[request.param](tmp_path)
+
+
+def test_every_study_has_a_case_and_hooks_the_engine_can_call():
+    assert set(CASES) == set(studies.STUDIES)
+    for study in studies.STUDIES.values():
+        assert isinstance(study.engine_hooks(), Hooks), study.name
+
+
+def test_a_killed_run_resumes_to_exactly_the_uninterrupted_metrics(case, tmp_path):
+    whole = fit(case.run, tmp_path / "whole", log=quiet)
+    with pytest.raises(Interrupt):
+        fit(case.run, tmp_path / "cut", on_step=kill_at(2, 2), log=quiet)
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    logs: list[str] = []
+    cut = fit(case.run, tmp_path / "cut", log=logs.append)
+    assert "resumed after epoch 1" in logs[0]
+    assert stable(cut) == stable(whole)
+    no_time = [
+        {k: v for k, v in row.items() if k != "epoch_time_s"} for row in read_history(tmp_path / "cut")
+    ]
+    assert no_time == [
+        {k: v for k, v in row.items() if k != "epoch_time_s"} for row in read_history(tmp_path / "whole")
+    ]
+
+
+def test_a_changed_checkpoint_is_refused_by_name_and_starts_over_on_request(case, tmp_path):
+    with pytest.raises(Interrupt):
+        fit(case.run, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+    with pytest.raises(ConfigChanged, match=rf"{case.key} \(checkpoint"):
+        fit(case.changed, tmp_path / "run", log=quiet)
+    restarted = fit(case.changed, tmp_path / "run", restart_on_change=True, log=quiet)
+    assert numbers(restarted) == numbers(fit(case.changed, tmp_path / "fresh", log=quiet))
+
+
+def test_a_finished_run_returns_without_training_and_refuses_other_settings(case, tmp_path):
+    first = fit(case.run, tmp_path / "run", log=quiet)
+
+    def must_not_train(*_):
+        raise AssertionError("trained again")
+
+    logs: list[str] = []
+    assert fit(case.run, tmp_path / "run", on_step=must_not_train, log=logs.append) == first
+    assert logs == [f"already complete: {tmp_path / 'run' / 'metrics.json'}"]
+    with pytest.raises(ConfigChanged, match=rf"metrics.json .*{case.key} \(checkpoint"):
+        fit(case.changed, tmp_path / "run", log=quiet)
+    # the resume-exempt settings change no number: the finished run is that run
+    assert fit(dataclasses.replace(case.run, progress="auto"), tmp_path / "run", log=quiet) == first
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_epoch(case, tmp_path):
+    def poison(epoch, step, model):
+        if (epoch, step) == (2, 1):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(math.nan)
+
+    with pytest.raises(TrainingDiverged, match="epoch 2"):
+        fit(case.run, tmp_path / "run", on_step=poison, log=quiet)
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    last = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
+    assert last["state"]["epoch"] == 1 and all(torch.isfinite(v).all() for v in last["model"].values())
+
+
+def test_an_exploding_finite_loss_is_flagged_and_the_run_finishes(case, tmp_path):
+    logs: list[str] = []
+    m = fit(case.exploding, tmp_path / "run", log=logs.append)
+    assert m["stopped"] == "max_epochs" and m["epochs_run"] == 3
+    flag = m["diverged"]
+    assert (
+        flag is not None
+        and flag["train_loss"] > 10 * flag["first_loss"]
+        and math.isfinite(flag["train_loss"])
+    )
+    assert sum(line.startswith(f"diverged: epoch {flag['epoch']} ") for line in logs) == 1
+    assert read_json(tmp_path / "run" / "metrics.json")["diverged"] == flag
+
+
+def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_path):
+    m = fit(case.run, tmp_path / "run", meta={"experiment": "e", "config_name": "c", "point": "p"}, log=quiet)
+    study = studies.of_settings(case.run)
+    assert set(m) == metric_keys(study)
+    assert (m["experiment"], m["config_name"], m["point"], m["seed"]) == ("e", "c", "p", 0)
+    assert 0 <= m["test_acc"] <= 1 and 0 <= m["best_valid_acc"] <= 1 and 1 <= m["best_epoch"] <= 3
+    assert set(study.regression_keys) <= set(m)
+    assert m["config"] == case.run.to_dict()
+    columns = list(read_history(tmp_path / "run")[0])
+    assert columns == list(study.engine_hooks().HISTORY_COLUMNS)
+    best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)
+    assert best["epoch"] == m["best_epoch"] and best["valid_acc"] == m["best_valid_acc"]
+
+
+CI_CONFIGS = {"psrnn": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's CI-sized suite
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_compile_writes_every_listed_output_and_the_same_bytes_twice(name, tmp_path, monkeypatch):
+    """Before any run has finished (every number missing): the whole compile path, through
+    the study's row, for every study; the studies' own tests compile real numbers."""
+    cfg = C.load_suite(C.ROOT / "config" / CI_CONFIGS[name])
+    study = studies.study_of(cfg)
+    monkeypatch.chdir(tmp_path)
+    results = C.results_root(cfg)
+    digests = []
+    for _ in range(2):
+        written = study.compile(cfg, results, C.ROOT / study.reference)
+        assert sorted(written) == sorted(study.output_paths(cfg))
+        digests.append({str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in written})
+    assert digests[0] == digests[1]
