@@ -83,12 +83,16 @@ def train_inputs(experiment, search=False):
             if not (search and k == "selected")}
 
 
+# The compiled files shown in `snakemake --report`, each labelled with what it shows
+# (the study's captions; psrnn.workflow.report_items).
+REPORTED = W.report_items(CFG)
+
+
 def reported(path):
-    """A compiled file, marked for `snakemake --report` when W.report_item lists it."""
-    item = W.report_item(path)
-    if item is None:
+    """A compiled file, marked for `snakemake --report` when REPORTED lists it."""
+    if path not in REPORTED:
         return path
-    category, labels = item
+    category, labels = REPORTED[path]
     caption = workflow.source_path(f"paper/report/{category.lower()}.rst")
     return report(path, caption=caption, category=category, labels=labels)
 

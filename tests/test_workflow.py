@@ -276,8 +276,7 @@ def test_training_runtime_may_differ_by_dataset():
 
 def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
     cfg = C.load_suite(SMALL)
-    items = {Path(f).name: W.report_item(f) for f in W.compile_outputs(cfg)}
-    shown = {n: i for n, i in items.items() if i is not None}
+    shown = {Path(f).name: i for f, i in W.report_items(cfg).items()}
     assert shown["REPORT.md"][0] == "Report"
     assert shown["fig2_shared_proportion.png"] == (
         "Figures",
@@ -286,10 +285,59 @@ def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
             "shows": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)",
         },
     )
+    assert shown["table2.csv"][1]["shows"].startswith("Table 2 of the paper (main results): test accuracy")
+    assert shown["curves_mnist_gru.png"][1]["shows"].startswith(
+        "Learning curves of mnist_gru (mnist; the paper's row table2/mnist/gru)"
+    )
     assert {n for n, i in shown.items() if i[0] == "Tables"} == {f"table{k}.csv" for k in range(1, 5)}
     # one format of each: no PDF/SVG twins, no .md/.tex tables
     assert not any(n.endswith((".pdf", ".svg", ".tex")) for n in shown)
     assert all((ROOT / "paper" / "report" / f"{c.lower()}.rst").is_file() for c, _ in shown.values())
+
+
+@pytest.mark.parametrize("config", ["small.yaml", "paper.yaml", "relreg.yaml", "relreg-full.yaml"])
+def test_every_compiled_output_of_each_study_has_its_own_caption(config):
+    """Every file compile writes has a caption saying what it shows (the study's captions
+    module), and no two files shown in the report share one (each learning curve names its
+    experiment)."""
+    cfg = C.load_suite(ROOT / "config" / config)
+    captions = W.report_captions(cfg)
+    stems = {Path(f).stem for f in W.compile_outputs(cfg)}
+    assert stems <= set(captions), stems - set(captions)
+    shown = W.report_items(cfg)
+    labels = [labels["shows"] for _, labels in shown.values()]
+    assert len(set(labels)) == len(labels) == len({Path(f).stem for f in shown})
+    assert all(len(text) > 20 for text in labels)
+
+
+def test_relreg_outputs_are_in_snakemakes_report_with_the_thesis_tables():
+    shown = {
+        Path(f).name: i for f, i in W.report_items(C.load_suite(ROOT / "config" / "relreg.yaml")).items()
+    }
+    assert sorted(shown) == [
+        "REPORT.md",
+        "ablations.csv",
+        "fig41_lstm_vs_proto.png",
+        "fig42_regularizers.png",
+        "fig43_loading_steps.png",
+        "fig44_loading_epochs.png",
+        "table45.csv",
+    ]
+    assert shown["table45.csv"][1]["shows"].startswith("Table 4.5 of the thesis: test sequence accuracy")
+    assert shown["fig43_loading_steps.png"] == (
+        "Figures",
+        {
+            "file": "fig43_loading_steps.png",
+            "shows": "Figure 4.3: loading probability of each proto-LSTM cell at each step "
+            "(inference, two 9-bit examples)",
+        },
+    )
+
+
+def test_an_output_without_a_caption_stops_the_workflow():
+    with pytest.raises(ValueError, match="table9.csv: no caption"):
+        W.report_item("results/small/tables/table9.csv", {"table1": "Table 1"})
+    assert W.report_item("results/small/tables/table9.tex", {}) is None
 
 
 def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):

@@ -135,34 +135,6 @@ def compile_outputs(cfg: dict[str, Any]) -> list[str]:
     return [str(p) for p in output_paths(cfg)]
 
 
-# What each compiled table and file shows, for Snakemake's HTML report (`snakemake
-# --report`); the figures' titles come from psrnn.results.FIGURE_TITLES.
-REPORT_ITEMS = {
-    "table1": "Table 1: datasets, sequence lengths, split sizes",
-    "table2": "Table 2: test accuracy of every model against the paper",
-    "table3": "Table 3: sequential MNIST and CIFAR-10 beside published results",
-    "table4": "Table 4: test accuracy against the shared proportion (CIFAR-10)",
-    "curves": "learning curves of one experiment (train and validation, every seed)",
-    "REPORT": "the reproduction report: verdicts, deviations, provenance",
-}
-
-
-def report_item(path: str) -> tuple[str, dict[str, str]] | None:
-    """(category, labels) of a compiled file shown in Snakemake's HTML report: the figures
-    as PNG, the tables as CSV, and REPORT.md; None for the other formats of the same."""
-    from psrnn.results import FIGURE_TITLES
-
-    p = Path(path)
-    stem = "curves" if p.stem.startswith("curves_") else p.stem
-    shows = {**REPORT_ITEMS, **FIGURE_TITLES}
-    if stem not in shows or p.suffix not in {".png", ".csv", ".md"}:
-        return None
-    if p.suffix == ".md" and stem != "REPORT":
-        return None
-    category = {".png": "Figures", ".csv": "Tables", ".md": "Report"}[p.suffix]
-    return category, {"file": p.name, "shows": shows[stem]}
-
-
 def reference_file(cfg: dict[str, Any]) -> str:
     """The study's reference numbers (compile reads them), relative to the project root:
     the Snakefile resolves it with workflow.source_path."""
@@ -222,6 +194,40 @@ def data_job_datasets(cfg: dict[str, Any]) -> list[str]:
 def manifests(cfg: dict[str, Any]) -> list[str]:
     """The prepared datasets' manifests (compile's Table 1 reads them)."""
     return [manifest(cfg, ds) for ds in data_job_datasets(cfg)]
+
+
+# --- Snakemake's HTML report (`snakemake --report`) ----------------------------------------
+
+# The one format of each compiled output that the report shows: figures as PNG, tables as
+# CSV, and REPORT.md (the PDF/SVG and .md/.tex twins sit beside them).
+REPORT_CATEGORIES = {".png": "Figures", ".csv": "Tables", ".md": "Report"}
+
+
+def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
+    """Output stem -> what it shows, for the config's study: report_captions(cfg) of the
+    `captions` module beside the study's results module (psrnn.studies), e.g.
+    psrnn.results.captions, psrnn.relreg.captions."""
+    package = studies.study_of(cfg).results.rpartition(".")[0]
+    return studies.load(f"{package}.captions:report_captions")(cfg)
+
+
+def report_item(path: str, captions: dict[str, str]) -> tuple[str, dict[str, str]] | None:
+    """(category, labels) of a compiled file shown in Snakemake's HTML report, the labels
+    naming the file and what it shows (`captions`, by stem); None for the other formats."""
+    p = Path(path)
+    category = REPORT_CATEGORIES.get(p.suffix)
+    if category is None or (p.suffix == ".md" and p.stem != "REPORT"):
+        return None
+    if p.stem not in captions:  # a new output without its caption (tests/test_workflow.py)
+        raise ValueError(f"{p.name}: no caption in the study's report_captions")
+    return category, {"file": p.name, "shows": captions[p.stem]}
+
+
+def report_items(cfg: dict[str, Any]) -> dict[str, tuple[str, dict[str, str]]]:
+    """Compiled file -> (category, labels) of every one the Snakefile marks for the report."""
+    captions = report_captions(cfg)
+    items = {path: report_item(path, captions) for path in compile_outputs(cfg)}
+    return {path: item for path, item in items.items() if item is not None}
 
 
 # --- job inputs and parameters -------------------------------------------------------------

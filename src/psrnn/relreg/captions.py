@@ -1,11 +1,13 @@
 """What each output of a `study: relreg` suite shows: the figures' titles (drawn on the
 figures and their captions in REPORT.md) and every compiled file's caption in Snakemake's
-HTML report (`snakemake --report`, psrnn.workflow.report_item), by output stem.
+HTML report (`snakemake --report`, psrnn.workflow.report_items), by output stem.
 
     snakemake --configfile config/relreg.yaml --report results/relreg/report.html
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 FIGURE_TITLES = {  # also their captions in REPORT.md
     "fig41_lstm_vs_proto": "Figure 4.1: test sequence accuracy against the number of bits, every grid "
@@ -17,3 +19,20 @@ FIGURE_TITLES = {  # also their captions in REPORT.md
     "fig44_loading_epochs": "Figure 4.4: histogram of the loading probabilities on the validation "
     "data after each epoch",
 }
+REPORT_CAPTIONS = {
+    "table45": "Table 4.5 of the thesis: test sequence accuracy (%, exact match) per number of bits of "
+    "the Binary Counter, the thesis' beside ours (mean [95% t-interval] over seeds, bit accuracy as a "
+    "diagnostic), with a verdict per row and length",
+    "ablations": "Table 4.5a (ours): each Table 4.5 experiment beside the same one with one run setting "
+    "changed (the Transformer's causal mask, the numbers selected on), with the paired difference per "
+    "number of bits",
+    **FIGURE_TITLES,
+    "REPORT": "the reproduction report: the study's choices, grids against Tables 4.1-4.4, verdicts of "
+    "Table 4.5, the ablations, provenance",
+    "metrics": "summary metrics: mean test sequence and bit accuracy per experiment and number of bits",
+}
+
+
+def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
+    """Output stem -> caption of every file `compile` writes (the same for every config)."""
+    return dict(REPORT_CAPTIONS)
