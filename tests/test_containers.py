@@ -1,6 +1,8 @@
-"""The container recipes: the Dockerfile lints clean, the Apptainer definition has its
-sections and a pinned base, and both pin the same versions as uv.lock / pyproject.toml
-(images cannot be built here; these checks keep the recipes honest)."""
+"""The container recipes: one recipe script (containers/install.sh) that the Dockerfile, both
+Apptainer definitions and the local root-file-system build run; the Dockerfile lints clean,
+the definitions have their sections and pinned bases, and every recipe pins the versions of
+uv.lock / pyproject.toml. The image itself is built and run by containers/test-rootfs.sh
+(root, about half an hour; containers/README.md); these checks are fast and run in CI."""
 
 import os
 import re
@@ -14,8 +16,22 @@ import pytest
 
 from psrnn.config import ROOT
 
-DOCKERFILE = ROOT / "containers" / "Dockerfile"
-DEF = ROOT / "containers" / "psrnn.def"
+CONTAINERS = ROOT / "containers"
+DOCKERFILE = CONTAINERS / "Dockerfile"
+DEF = CONTAINERS / "psrnn.def"
+DEBIAN_DEF = CONTAINERS / "psrnn-debian.def"
+INSTALL = CONTAINERS / "install.sh"
+TEST_ROOTFS = CONTAINERS / "test-rootfs.sh"
+# What every recipe copies into /opt/psrnn for install.sh.
+RECIPE_FILES = [
+    "pyproject.toml",
+    "uv.lock",
+    "README.md",
+    "src",
+    "config",
+    "containers/install.sh",
+    "containers/torch-variant.sh",
+]
 
 
 def locked_version(package: str) -> str:
@@ -29,13 +45,17 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def install_defaults() -> dict[str, str]:
+    """install.sh's settings: `NAME="${NAME:-default}"`."""
+    return dict(re.findall(r'^(\w+)="\$\{\1:-([^}]+)\}"$', INSTALL.read_text(), re.M))
+
+
 def dockerfile_pins() -> dict[str, str]:
     text = DOCKERFILE.read_text()
     labels = dict(re.findall(r'io\.psrnn\.(\w+)="([^"]+)"', text))
     return {
         "base": re.search(r"^ARG BASE_IMAGE=(\S+)", text, re.M)[1],
         "uv_image": re.search(r"^FROM ghcr\.io/astral-sh/uv:(\S+) AS uv", text, re.M)[1],
-        "python_arg": re.search(r"^ARG PYTHON_VERSION=(\S+)", text, re.M)[1],
         "version": re.search(r'org\.opencontainers\.image\.version="([^"]+)"', text)[1],
         **labels,
     }
@@ -50,19 +70,27 @@ def def_sections(text: str) -> dict[str, str]:
     return out
 
 
-def def_pins() -> dict[str, str]:
-    text = DEF.read_text()
-    headers = re.findall(r"^(Bootstrap|From|Stage):\s*(\S+)", text, re.M)
-    froms = [v for k, v in headers if k == "From"]
+def def_headers(text: str) -> list[tuple[str, str]]:
+    """The header keywords (Bootstrap, From, ...) in order, before the first section."""
+    return re.findall(r"^(\w+):\s*(\S+)$", text.split("\n%", 1)[0], re.M)
+
+
+def def_pins(path: Path = DEF) -> dict[str, str]:
+    text = path.read_text()
+    froms = [v for k, v in def_headers(text) if k == "From"]
     labels = dict(re.findall(r"^\s+io\.psrnn\.(\w+)\s+(\S+)", def_sections(text)["labels"], re.M))
-    post = def_sections(text)["post"]
-    return {
-        "base": froms[-1],
-        "uv_image": re.fullmatch(r"ghcr\.io/astral-sh/uv:(\S+)", froms[0])[1],
-        "python_arg": re.search(r"PYTHON_VERSION=(\S+)", post)[1],
-        "version": re.search(r"org\.opencontainers\.image\.version\s+(\S+)", text)[1],
-        **labels,
-    }
+    pins = {"version": re.search(r"org\.opencontainers\.image\.version\s+(\S+)", text)[1], **labels}
+    if froms:
+        pins |= {"base": froms[-1], "uv_image": re.fullmatch(r"ghcr\.io/astral-sh/uv:(\S+)", froms[0])[1]}
+    return pins
+
+
+def def_files(path: Path) -> list[str]:
+    return [line.split()[0] for line in def_sections(path.read_text())["files"].strip().splitlines()]
+
+
+def commands(body: str) -> list[str]:
+    return [ln.strip() for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
 
 
 def test_dockerfile_lints_clean():
@@ -72,49 +100,77 @@ def test_dockerfile_lints_clean():
     assert res.stdout.strip() == ""
 
 
-def test_dockerfile_installs_exactly_the_lock_and_checks_health():
+def test_every_recipe_runs_the_one_install_script():
+    """Dockerfile, both .def files and test-rootfs.sh leave Python, uv and the lock install
+    to containers/install.sh: none installs them itself, each runs the script."""
+    docker = DOCKERFILE.read_text()
+    assert re.findall(r"^RUN (.*)$", docker, re.M) == [
+        "bash containers/install.sh --no-install-project",  # dependencies: a layer that survives code edits
+        "bash containers/install.sh",
+    ]
+    registry, debian = (def_sections(p.read_text())["post"] for p in (DEF, DEBIAN_DEF))
+    assert commands(registry) == ['TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh']
+    assert commands(debian) == [
+        'PSRNN_PYTHON=system TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh'
+    ]
+    rootfs = TEST_ROOTFS.read_text()
+    assert re.search(r"^env_in=\(.* PSRNN_PYTHON=system TORCH=", rootfs, re.M)
+    assert re.search(r"^timed install chroot .* bash /opt/psrnn/containers/install\.sh$", rootfs, re.M)
+    for recipe in (docker, registry, debian, rootfs):
+        assert not re.search(r"^\s*(RUN )?(uv sync|uv python install|\S*pip3? install)", recipe, re.M)
+
+
+def test_recipes_copy_the_same_files_into_the_image():
+    for path in RECIPE_FILES:
+        assert (ROOT / path).exists(), path
+    assert def_files(DEF) == def_files(DEBIAN_DEF) == RECIPE_FILES
+    for line in def_sections(DEF.read_text())["files"].strip().splitlines():
+        src, dst = line.split()
+        assert dst == f"/opt/psrnn/{src}"
+    rootfs = re.search(r"^RECIPE_FILES=\((.*)\)$", TEST_ROOTFS.read_text(), re.M)[1].split()
+    assert rootfs == RECIPE_FILES
+    copied = [
+        s
+        for line in re.findall(r"^COPY (?!--from)(.*) \S+$", DOCKERFILE.read_text(), re.M)
+        for s in line.split()
+    ]
+    assert sorted(copied) == sorted(RECIPE_FILES)
+    # the build context (containers/Dockerfile.dockerignore) holds exactly what the COPYs name
+    ignore = [ln for ln in (CONTAINERS / "Dockerfile.dockerignore").read_text().splitlines() if ln[:1] != "#"]
+    assert ignore[0] == "*"
+    assert {ln[1:].rstrip("/") for ln in ignore if ln.startswith("!")} == set(RECIPE_FILES)
+
+
+def test_dockerfile_takes_the_recipe_settings_and_checks_health():
     text = DOCKERFILE.read_text()
-    syncs = re.findall(
-        r"^RUN if \[ \"\$\{TORCH\}\" = lock \]; then uv sync (.*?); \\\n"
-        r"\s+else bash containers/torch-variant\.sh \"\$\{TORCH\}\" (.*?); fi$",
-        text,
-        re.M,
-    )
-    assert len(syncs) == 2 and all("--frozen" in lock for lock, _ in syncs)
-    assert "--no-install-project" in syncs[0][0] and "--no-install-project" not in syncs[1][0]
-    for lock, variant in syncs:  # the variant gets the same sync options
-        assert lock.replace("--frozen ", "") == variant
-    assert re.search(r"^ARG TORCH=lock$", text, re.M)
+    assert re.search(r"^ARG TORCH=lock$", text, re.M) and re.search(r"^ARG PSRNN_PYTHON$", text, re.M)
     assert re.search(r"^HEALTHCHECK .*import psrnn, torch.*torch\.cuda\.is_available\(\)", text, re.M | re.S)
-    assert re.search(r"^COPY pyproject\.toml uv\.lock README\.md \./$", text, re.M)
+    assert "PATH=/opt/psrnn/.venv/bin:" in re.search(r"^ENV (.*?)\n\n", text, re.M | re.S)[1]
 
 
-def test_apptainer_definition_has_its_sections_and_a_pinned_base():
-    text = DEF.read_text()
+@pytest.mark.parametrize("path", [DEF, DEBIAN_DEF], ids=["registry", "debootstrap"])
+def test_apptainer_definitions_have_their_sections_and_a_pinned_base(path):
+    text = path.read_text()
     sections = def_sections(text)
-    for name in (
-        "arguments",
-        "labels",
-        "help",
-        "files",
-        "files from uv",
-        "environment",
-        "post",
-        "test",
-        "runscript",
-    ):
+    for name in ("arguments", "labels", "help", "files", "environment", "post", "test", "runscript"):
         assert name in sections, name
-    assert re.search(r"^Bootstrap: docker$", text, re.M)
-    froms = re.findall(r"^From:\s*(\S+)$", text, re.M)
-    for ref in froms:  # a tag, never latest or a bare name
-        assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", ref), ref
-    assert "uv sync --frozen" in sections["post"]
     assert sections["arguments"].split() == ["TORCH=lock"]
-    assert 'bash containers/torch-variant.sh "{{ TORCH }}"' in sections["post"]
     assert "torch.cuda.is_available()" in sections["test"] and "import psrnn" in sections["test"]
-    files = {line.split()[0] for line in sections["files"].strip().splitlines()}
-    assert files == {"pyproject.toml", "uv.lock", "README.md", "src", "config", "containers/torch-variant.sh"}
-    assert "/opt/psrnn/.venv/bin" in sections["environment"]
+    assert "PATH=/opt/psrnn/.venv/bin:" in sections["environment"]
+    headers = def_headers(text)
+    if path == DEF:  # registries: NVIDIA's CUDA base, uv from its image
+        assert [k for k, _ in headers] == ["Bootstrap", "From", "Stage"] * 2
+        assert {v for k, v in headers if k == "Bootstrap"} == {"docker"}
+        assert "files from uv" in sections
+        for ref in (v for k, v in headers if k == "From"):  # a tag, never latest or a bare name
+            assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", ref), ref
+    else:  # no registry: Debian 12 from a Debian mirror, uv from PyPI (install.sh)
+        assert dict(headers) == {
+            "Bootstrap": "debootstrap",
+            "OSVersion": "bookworm",
+            "MirrorURL": "http://deb.debian.org/debian",
+        }
+        assert "files from uv" not in sections and "UV_PYTHON" not in sections["environment"]
 
 
 def test_base_images_are_pinned_cuda_13_0_matching_the_locked_torch():
@@ -126,31 +182,137 @@ def test_base_images_are_pinned_cuda_13_0_matching_the_locked_torch():
     # torch's CUDA wheels (uv.lock) decide the CUDA version: cuda-toolkit 13.0.x, *-cu13
     toolkit = locked_version("cuda-toolkit")
     assert toolkit.split(".")[:2] == [base[1], base[2]] == pins["cuda"].split(".")
-    assert pins["cuda"] == "13.0"
+    assert pins["cuda"] == "13.0" == def_pins(DEBIAN_DEF)["cuda"]
+
+
+def in_requires_python(version: str) -> bool:
+    major, minor, _ = (int(x) for x in version.split("."))
+    low, high = re.fullmatch(r">=(\d+\.\d+),<(\d+\.\d+)", pyproject()["project"]["requires-python"]).groups()
+    return tuple(map(int, low.split("."))) <= (major, minor) < tuple(map(int, high.split(".")))
 
 
 def test_versions_agree_with_the_lock_and_with_each_other():
-    d, a = dockerfile_pins(), def_pins()
-    assert d == a  # Dockerfile and Apptainer definition: same base, uv, Python, labels
+    d, a, deb, defaults = dockerfile_pins(), def_pins(), def_pins(DEBIAN_DEF), install_defaults()
+    assert d == a  # Dockerfile and registry definition: same base, uv, Python, labels
+    assert deb.pop("base") == "debian:bookworm"
+    same = {k: v for k, v in d.items() if k not in ("base", "uv_image", "python")}
+    assert same == {k: v for k, v in deb.items() if k != "python"}
     assert d["torch"] == locked_version("torch") == "2.14.1"
     assert d["torchvision"] == locked_version("torchvision")
     assert d["version"] == pyproject()["project"]["version"]
-    # the pinned Python satisfies requires-python, and label and build arg agree
-    assert d["python"] == d["python_arg"]
-    major, minor, _ = (int(x) for x in d["python"].split("."))
-    low, high = re.fullmatch(r">=(\d+\.\d+),<(\d+\.\d+)", pyproject()["project"]["requires-python"]).groups()
-    assert tuple(map(int, low.split("."))) <= (major, minor) < tuple(map(int, high.split(".")))
-    # one uv version everywhere: images, label, CI
+    # install.sh's Python is the registry images' label; both Pythons satisfy requires-python
+    assert defaults["PSRNN_PYTHON"] == d["python"] and in_requires_python(d["python"])
+    assert deb["python"] == "3.11.2" and in_requires_python(deb["python"])  # Debian 12's python3
+    assert defaults["TORCH"] == "lock"
+    # one uv version everywhere: images, labels, install.sh, CI
     ci = re.search(r"pip install -q uv==(\S+)", (ROOT / ".ci" / "run").read_text())[1]
-    assert d["uv_image"] == d["uv"] == ci
+    assert d["uv_image"] == d["uv"] == deb["uv"] == defaults["UV_VERSION"] == ci
 
 
-@pytest.mark.parametrize("recipe", [DOCKERFILE, DEF])
-def test_recipes_copy_only_what_the_lock_install_needs(recipe):
-    """The build context files the recipes name exist in the repository."""
-    for path in ("pyproject.toml", "uv.lock", "README.md", "src/psrnn", "config/schema.yaml"):
-        assert (ROOT / path).exists(), path
-    assert "uv.lock" in recipe.read_text()
+STUB = """#!/bin/sh
+echo "{name} $*" >> "$STUB_LOG"
+{body}
+"""
+
+
+def run_install(tmp_path: Path, env: dict[str, str], *args: str, uv: bool = True):
+    """containers/install.sh in a copy of the recipe files, with apt-get, python3, uv, rm and
+    the venv's python stubbed (each logs its command line): (exit status, stderr, commands)."""
+    project = tmp_path / "opt-psrnn"
+    (project / "containers").mkdir(parents=True)
+    for f in ("pyproject.toml", "uv.lock", "containers/install.sh", "containers/torch-variant.sh"):
+        shutil.copy2(ROOT / f, project / f)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    uv_stub = STUB.format(
+        name="uv", body='[ "$1" = --version ] && echo "uv ${STUB_UV:-0.13.8} (stub)"; exit 0'
+    )
+    bodies = {
+        "apt-get": "exit 0",
+        "rm": "exit 0",  # the apt lists here are the host's
+        # `python3 -m pip install uv==X` installs the uv stub
+        "python3": f'cat > "$(dirname "$0")/uv" <<\'EOF\'\n{uv_stub}EOF\nchmod +x "$(dirname "$0")/uv"',
+    }
+    for name, body in bodies.items():
+        (stubs / name).write_text(STUB.format(name=name, body=body))
+    if uv:
+        (stubs / "uv").write_text(uv_stub)
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "bin" / "python").write_text(STUB.format(name="venv-python", body="exit 0"))
+    for f in [*stubs.iterdir(), project / ".venv" / "bin" / "python"]:
+        f.chmod(0o755)
+    log = tmp_path / "log"
+    log.touch()
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "STUB_LOG": str(log),
+        "UV_PYTHON_INSTALL_DIR": str(tmp_path),
+        **env,
+    }
+    res = subprocess.run(
+        ["bash", str(project / "containers" / "install.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return res.returncode, res.stderr, log.read_text().splitlines()
+
+
+def test_install_script_registry_images_take_uvs_python_and_exactly_the_lock(tmp_path):
+    """What the Dockerfile's two RUNs and psrnn.def's %post run: uv's CPython at the pinned
+    version, uv.lock --frozen without the dev and workflow groups, no apt."""
+    status, err, ran = run_install(tmp_path / "deps", {}, "--no-install-project")
+    assert status == 0, err
+    assert ran == [
+        "uv --version",
+        "uv python install 3.11.7",
+        "uv sync --frozen --no-default-groups --python 3.11.7 --no-install-project",
+    ]
+    status, err, ran = run_install(tmp_path / "project", {})
+    assert status == 0, err
+    assert ran[2] == "uv sync --frozen --no-default-groups --python 3.11.7"
+    assert ran[3].startswith("venv-python -c import platform, psrnn, torch")  # the image imports
+
+
+def test_install_script_debian_takes_the_os_python_and_uv_from_pypi(tmp_path):
+    """psrnn-debian.def and test-rootfs.sh: Debian's python3 (apt), uv from PyPI with the OS's
+    pip (removed again), then the same lock; nothing downloads a Python."""
+    status, err, ran = run_install(tmp_path, {"PSRNN_PYTHON": "system"}, uv=False)
+    assert status == 0, err
+    ran[4] = re.sub(r"^rm -rf /var/lib/apt/lists/.*", "rm -rf /var/lib/apt/lists/*", ran[4])  # expanded
+    assert ran[:7] == [
+        "apt-get update -q",
+        "apt-get install -y -q --no-install-recommends ca-certificates python3-pip",
+        "python3 -m pip install -q --no-cache-dir --break-system-packages --root-user-action=ignore "
+        "uv==0.13.8",
+        "apt-get purge -y -q --autoremove python3-pip",
+        "rm -rf /var/lib/apt/lists/*",
+        "uv --version",
+        "uv sync --frozen --no-default-groups --python /usr/bin/python3",
+    ]
+    assert not [c for c in ran if c.startswith("uv python")]
+
+
+def test_install_script_refuses_another_uv_and_passes_torch_to_the_variant_script(tmp_path):
+    status, err, _ = run_install(tmp_path / "a", {"STUB_UV": "0.9.0"})
+    assert status == 2 and err.strip() == "install.sh: uv 0.9.0, expected 0.13.8"
+    status, err, ran = run_install(tmp_path / "b", {"TORCH": "cpu", "DRY_RUN": "1"})
+    assert status == 0, err
+    syncs = [c for c in ran if c.startswith("uv sync")]
+    assert len(syncs) == 1 and "--no-install-package torch " in syncs[0]
+    assert syncs[0].endswith("--no-default-groups --python 3.11.7")
+
+
+def test_test_rootfs_script_is_valid_bash_and_checks_the_small_numbers():
+    """containers/test-rootfs.sh needs root and half an hour (containers/README.md); here its
+    syntax, and that it runs the small config with --use-singularity and checks it."""
+    res = subprocess.run(["bash", "-n", str(TEST_ROOTFS)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    text = TEST_ROOTFS.read_text()
+    assert 'debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR"' in text
+    assert "--configfile config/small-rootfs.yaml --use-singularity" in text
+    assert "python -m psrnn check --config config/small.yaml" in text
 
 
 def test_ci_runs_exactly_the_readme_test_command():
