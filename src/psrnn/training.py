@@ -31,15 +31,7 @@ from typing import Any
 import torch
 
 from psrnn import config as C
-from psrnn.checkpoint import (  # noqa: F401 (re-exports)
-    ConfigChanged,
-    Generators,
-    RunState,
-    adopt,
-    config_differences,
-    load_last,
-    save_last,
-)
+from psrnn.checkpoint import ConfigChanged, Generators, config_differences  # noqa: F401 (re-exports)
 from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest  # noqa: F401 (re-exports)
 from psrnn.engine import HEARTBEAT_S, StepHook, fit, metric_keys, pick_device, seed_everything  # noqa: F401
 from psrnn.epoch import (  # noqa: F401 (re-exports: the first study's step mechanics, psrnn.epoch)

@@ -32,6 +32,7 @@ from psrnn.checkpoint import Generators, RunState
 from psrnn.engine import Epoch
 from psrnn.relreg import training as T
 from psrnn.relreg.config import RelRegConfig
+from psrnn.relreg.data import counter_split
 from psrnn.relreg.models import build_model
 from psrnn.relreg.regularizers import cell_parameters
 from psrnn.runlog import write_npz
@@ -52,6 +53,11 @@ METRIC_KEYS = frozenset(
         "cell_params",
     }
 )
+LOADING_BITS = 9  # Figure 4.3's examples: 9-bit numbers after the start token (10 steps)
+# 9-bit numbers whose loading probabilities are saved, the thesis' two (Figure 4.3:
+# 0,0,1,1,1,1,1,1,1 and 1,0,1,1,1,1,1,1,1, least significant bit first) first, then
+# carries of every length: all ones, a carry into the top bit, zero, alternating bits
+LOADING_NUMBERS = (508, 509, 511, 255, 0, 170, 341, 7)
 # the model settings: build_model's keywords, each a run setting of the same name
 MODEL_SETTINGS = tuple(n for n in inspect.signature(build_model).parameters if n != "kind")
 data = T.Data.of
@@ -140,6 +146,24 @@ def epoch_line(row: dict[str, Any], run: RelRegConfig, st: RunState) -> str:
     )
 
 
+def loading_arrays(
+    model: torch.nn.Module, cfg: RelRegConfig, hist: np.ndarray, device
+) -> dict[str, np.ndarray]:
+    """Figure 4.3 and 4.4's data: loading probabilities per step of LOADING_NUMBERS (best
+    model, inference) and the per-epoch histograms `hist` (epochs x T.HIST_BINS)."""
+    sample = counter_split(LOADING_BITS, 0, 0, numbers=list(LOADING_NUMBERS[: cfg.loading_samples]))
+    model.eval()
+    with torch.no_grad():
+        p = model(sample.x.to(device)).loading  # (S, T, K)
+    return {
+        "inputs": sample.x.numpy(),
+        "targets": sample.y.numpy(),
+        "steps": p.cpu().numpy().astype(np.float32),
+        "hist": np.asarray(hist, dtype=np.float32),
+        "bins": np.linspace(0.0, 1.0, T.HIST_BINS + 1, dtype=np.float32),
+    }
+
+
 def finish(
     model: nn.Module, data: T.Data, run: RelRegConfig, st: RunState, device: torch.device, out_dir: Path
 ) -> dict[str, Any]:
@@ -148,7 +172,7 @@ def finish(
     valid = T.evaluate(model, data.valid, device)
     if run.model == "proto":
         hist = np.stack([st.captures[e].numpy() for e in sorted(st.captures)])
-        write_npz(out_dir / "loading.npz", T.loading_arrays(model, run, hist, device))
+        write_npz(out_dir / "loading.npz", loading_arrays(model, run, hist, device))
     per_bits = test["per_bits"].values()
     return {
         "study": "relreg",

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -24,11 +23,6 @@ from psrnn.relreg.regularizers import penalty
 
 HISTORY_COLUMNS = ("epoch", "train_loss", "train_penalty", "valid_loss", "valid_seq_acc", "valid_bit_acc")
 HIST_BINS = 20  # bins of the loading-probability histograms on [0, 1] (Figure 4.4)
-LOADING_BITS = 9  # Figure 4.3's examples: 9-bit numbers after the start token (10 steps)
-# 9-bit numbers whose loading probabilities are saved, the thesis' two (Figure 4.3:
-# 0,0,1,1,1,1,1,1,1 and 1,0,1,1,1,1,1,1,1, least significant bit first) first, then
-# carries of every length: all ones, a carry into the top bit, zero, alternating bits
-LOADING_NUMBERS = (508, 509, 511, 255, 0, 170, 341, 7)
 
 
 @dataclass
@@ -147,21 +141,3 @@ def make_optimizer(cfg: RelRegConfig, model: torch.nn.Module) -> torch.optim.Opt
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cfg.lr)
     return torch.optim.Adam(model.parameters(), lr=cfg.lr)
-
-
-def loading_arrays(
-    model: torch.nn.Module, cfg: RelRegConfig, hist: np.ndarray, device
-) -> dict[str, np.ndarray]:
-    """Figure 4.3 and 4.4's data: loading probabilities per step of LOADING_NUMBERS (best
-    model, inference) and the per-epoch histograms `hist` (epochs x HIST_BINS)."""
-    sample = counter_split(LOADING_BITS, 0, 0, numbers=list(LOADING_NUMBERS[: cfg.loading_samples]))
-    model.eval()
-    with torch.no_grad():
-        p = model(sample.x.to(device)).loading  # (S, T, K)
-    return {
-        "inputs": sample.x.numpy(),
-        "targets": sample.y.numpy(),
-        "steps": p.cpu().numpy().astype(np.float32),
-        "hist": np.asarray(hist, dtype=np.float32),
-        "bins": np.linspace(0.0, 1.0, HIST_BINS + 1, dtype=np.float32),
-    }
