@@ -1,6 +1,7 @@
 """dvc.yaml against the Snakefile: one DAG, two front ends. Every DVC stage asks Snakemake
-for part of the DAG; its outs must hold exactly the files those Snakemake jobs write, its
-deps the files they read from other stages, plus the code and config they run."""
+for part of the DAG of one suite config (params.yaml for the first study, config/relreg.yaml
+for the second); its outs must hold exactly the files those Snakemake jobs write, its deps
+the files they read from other stages, plus the code and config they run."""
 
 import json
 import os
@@ -13,32 +14,28 @@ import pytest
 import yaml
 
 from psrnn import config as C
+from psrnn import studies
 from psrnn import workflow as W
 
 ROOT = C.ROOT
-STAGE_CODE = {  # code each stage's commands run (besides workflow, config, Snakefile)
-    "data": ["src/psrnn/data"],
-    "train": [
-        "src/psrnn/models.py",
-        "src/psrnn/training.py",
-        "src/psrnn/epoch.py",
-        "src/psrnn/runlog.py",
-        "src/psrnn/checkpoint.py",
-        "src/psrnn/decoders.py",
-        "src/psrnn/gpus.py",
-        "src/psrnn/machine.py",
-        "src/psrnn/selection.py",
-    ],
-    "compile": ["src/psrnn/results", "config/reference.yaml", "paper/main.tex"],
+STAGES = {  # suite config -> its stages, upstream first
+    "params.yaml": ["data", "train", "compile"],
+    "config/relreg.yaml": ["relreg-train", "relreg-compile"],
 }
-COMMON = [
-    "Snakefile",
-    "src/psrnn/workflow.py",
-    "src/psrnn/config.py",
-    "src/psrnn/datasets.py",
-    "src/psrnn/studies.py",
-    "config/schema.yaml",
-]
+STAGE_FILES = {  # what each stage's commands read besides the common ones
+    "data": [],
+    "train": [],
+    "compile": ["config/reference.yaml", "paper/main.tex"],
+    "relreg-train": ["config/relreg.schema.yaml"],
+    "relreg-compile": ["config/relreg.schema.yaml", "config/relreg-reference.yaml"],
+}
+# every stage runs the Snakefile over the whole package: the studies share the engine,
+# config and results code, and Snakemake decides which jobs a code edit re-runs (none)
+COMMON = ["Snakefile", "src/psrnn", "config/schema.yaml"]
+CMD = re.compile(
+    r"(?:mkdir -p results/(?P<mkdir>[\w-]+)/search && )?"
+    r"snakemake --cores all --configfile (?P<config>[\w/.-]+)(?: --until (?P<until>\w+))?"
+)
 
 
 def stages(name: str) -> dict[str, dict]:
@@ -91,33 +88,51 @@ def test_dvc_resolves_the_stages():
         [sys.executable, "-m", "dvc", "stage", "list"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr
-    assert [ln.split()[0] for ln in res.stdout.splitlines()] == ["data", "train", "compile"]
-    assert "results/small/runs" in res.stdout
+    assert [ln.split()[0] for ln in res.stdout.splitlines()] == [s for ss in STAGES.values() for s in ss]
+    assert "results/small/runs" in res.stdout and "results/relreg/runs" in res.stdout
 
 
 def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
     st = stages("small")
     untils = {}
-    for name, stage in st.items():
-        m = re.fullmatch(
-            r"(?:mkdir -p results/small/search && )?"
-            r"snakemake --cores all --configfile params\.yaml(?: --until (\w+))?",
-            stage["cmd"],
-        )
-        assert m, stage["cmd"]
-        untils[name] = m[1]
-        deps = stage["deps"]
-        for path in [*COMMON, *STAGE_CODE[name]]:
-            assert path in deps, (name, path)
-            assert (ROOT / path).exists(), path
-        # DVC deletes a stage's outs before its command unless they persist: never
-        for out in stage["outs"] + stage.get("metrics", []):
-            assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
-    assert untils == {"data": "prepare", "train": "train", "compile": None}
+    for config, names in STAGES.items():
+        cfg = C.load_suite(ROOT / config)
+        for name in names:
+            m = CMD.fullmatch(st[name]["cmd"])
+            assert m and m["config"] == config, st[name]["cmd"]
+            assert m["mkdir"] in (None, cfg["name"])
+            untils[name] = m["until"]
+            deps = st[name]["deps"]
+            for path in [*COMMON, *STAGE_FILES[name]]:
+                assert path in deps, (name, path)
+                assert (ROOT / path).exists(), path
+            # DVC deletes a stage's outs before its command unless they persist: never
+            for out in st[name]["outs"] + st[name].get("metrics", []):
+                assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
+                assert under(next(iter(out)), [str(C.data_root(cfg)), str(C.results_root(cfg))]), out
+    assert untils == {
+        "data": "prepare",
+        "train": "train",
+        "compile": None,
+        "relreg-train": "train",
+        "relreg-compile": None,
+    }
     # the keys each stage tracks are the ones its jobs read (psrnn.workflow says which)
     assert st["data"]["params"] == W.DVC_STAGE_PARAMS["data"]
     assert st["train"]["params"] == W.DVC_STAGE_PARAMS["train"]
     assert st["compile"]["params"] == [{"params.yaml": None}]  # the whole file
+    # config/relreg.yaml as it is (DVC cannot follow `extends:`, and it has none)
+    assert "extends" not in C.load_yaml(ROOT / "config" / "relreg.yaml")
+    assert st["relreg-train"]["params"] == [{"config/relreg.yaml": ["study", *W.DVC_STAGE_PARAMS["train"]]}]
+    assert st["relreg-compile"]["params"] == [{"config/relreg.yaml": None}]
+
+
+def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
+    st = stages("small")
+    for config, names in STAGES.items():
+        study = studies.study_of(C.load_suite(ROOT / config))
+        deps = st[names[-1]]["deps"]
+        assert study.reference in deps and (study.schema is None or study.schema in deps), names[-1]
 
 
 def test_an_experiment_edit_is_no_data_edit():
@@ -131,20 +146,19 @@ def test_an_experiment_edit_is_no_data_edit():
     assert W.dataset_spec(cfg, "mnist") == W.dataset_spec(C.load_suite(ROOT / "params.yaml"), "mnist")
 
 
-def test_every_stage_outs_are_its_snakemake_targets(tmp_path):
+@pytest.mark.parametrize("config", list(STAGES))
+def test_every_stage_outs_are_its_snakemake_targets(tmp_path, config):
     """Stage by stage: the files its Snakemake command writes (jobs new to this stage)
     lie under its outs, every out holds some of them, and the files its jobs read from
     other stages lie under its deps."""
-    suite = ROOT / "params.yaml"
+    suite = ROOT / config
     cfg = C.load_suite(suite)
-    st = stages("small")
+    st = {name: stage for name, stage in stages("small").items() if name in STAGES[config]}
     seen: set[str] = set()
     producer: dict[str, str] = {}
     for name, stage in st.items():
-        until = re.search(r"--until (\w+)", stage["cmd"])
-        jobs = [
-            j for j in dry_run_jobs(suite, until[1] if until else None, tmp_path) if not set(j[1]) <= seen
-        ]
+        until = CMD.fullmatch(stage["cmd"])["until"]
+        jobs = [j for j in dry_run_jobs(suite, until, tmp_path) if not set(j[1]) <= seen]
         written = {f for _, outs in jobs for f in outs}
         outs = paths(stage["outs"]) + paths(stage.get("metrics", []))
         assert written and all(under(f, outs) for f in written), (name, sorted(written))
@@ -174,8 +188,7 @@ def test_stage_outs_cover_the_paper_dag(config):
 
 def test_plots_are_figures_that_compile_writes():
     plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
-    cfg = C.load_suite(ROOT / "config" / "small.yaml")
-    written = set(W.compile_outputs(cfg))
+    written = {f for config in STAGES for f in W.compile_outputs(C.load_suite(ROOT / config))}
     for p in plots:
         if isinstance(p, dict) and "y" in next(iter(p.values())):  # x/y data from tables
             files = [f.replace("${name}", "small") for f in next(iter(p.values()))["y"]]
@@ -268,17 +281,19 @@ def test_dvc_repro_keeps_what_snakemake_built_and_survives_a_code_edit(dvc_repo)
     sh(dvc_repo, sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "params.yaml")
     built = outputs(repo)
     assert any(f.endswith("metrics.json") for f in built) and any(f.endswith("train.pt") for f in built)
-    sh(dvc_repo, sys.executable, "-m", "dvc", "repro")
+    sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "compile")
     assert outputs(repo) == built
     assert (repo / "dvc.lock").is_file()
     source = repo / "src" / "psrnn" / "data" / "sources.py"
     source.write_text(source.read_text() + "\n# a comment\n")
-    status = sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
+    status = sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
     assert "data:" in status and "modified:" in status
-    res = sh(dvc_repo, sys.executable, "-m", "dvc", "repro")
+    res = sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "compile")
     assert "Running stage 'data'" in res.stdout
     assert outputs(repo) == built
-    assert "up to date" in sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
+    assert (
+        "up to date" in sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
+    )
 
 
 @pytest.mark.slow
@@ -287,7 +302,7 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
     sh(dvc_repo, "git", "add", "-A")
     sh(dvc_repo, "git", "commit", "-qm", "results")
     before = outputs(repo)
-    res = sh(dvc_repo, sys.executable, "-m", "dvc", "exp", "run", "-S", "defaults.lr=0.01")
+    res = sh(dvc_repo, sys.executable, "-m", "dvc", "exp", "run", "compile", "-S", "defaults.lr=0.01")
     assert "Running stage 'train'" in res.stdout and "Running stage 'data'" not in res.stdout
     after = outputs(repo)
     assert {f: t for f, t in after.items() if f.startswith("data/")} == {
@@ -317,13 +332,13 @@ def test_dvc_push_and_pull_round_trip_through_a_local_remote(dvc_repo, tmp_path)
         "scratch",
         str(tmp_path / "store"),
     )
-    sh(dvc_repo, sys.executable, "-m", "dvc", "push")
+    sh(dvc_repo, sys.executable, "-m", "dvc", "push", "compile", "--with-deps")
     metrics = repo / "results/small/runs/mnist_gru/seed0/metrics.json"
     want = metrics.read_bytes()
     import shutil
 
     shutil.rmtree(repo / "results/small/runs")
     shutil.rmtree(repo / "data/small")
-    sh(dvc_repo, sys.executable, "-m", "dvc", "pull")
+    sh(dvc_repo, sys.executable, "-m", "dvc", "pull", "compile", "--with-deps")
     assert metrics.read_bytes() == want
     assert (repo / "data/small/prepared/mnist/train.pt").is_file()
