@@ -5,6 +5,8 @@ resume-exempt ones, same data; psrnn.engine uses it after every epoch, for every
 
 from __future__ import annotations
 
+import os
+import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,16 @@ from psrnn.files import torch_save, write_bytes
 
 if TYPE_CHECKING:
     from torch import nn
+
+
+# environment variables that select CPU kernels and so change a run's numbers in the last
+# bits (a suite's `job_env` sets them; `python -m psrnn train` applies it, psrnn.jobenv):
+# a checkpoint records them and resumes only under the same values
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+
+def kernel_env() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in KERNEL_ENV}
 
 
 class ConfigChanged(UserError):
@@ -92,6 +104,18 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
     gens.anchors.set_state(state["anchors"])
 
 
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's contents on the CPU (RNG states must be CPU tensors); one that cannot
+    be read (truncated, another file) is a UserError naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as err:
+        raise UserError(
+            f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:120]}); "
+            f"delete it to start the run over"
+        ) from None
+
+
 def save_last(
     path: Path, cfg: Any, st: RunState, model: nn.Module, opt, sched, gens: Generators, data: str | None
 ) -> None:
@@ -100,6 +124,7 @@ def save_last(
         {
             "config": cfg.to_dict(),
             "data_manifest_md5": data,
+            "kernel_env": kernel_env(),
             "psrnn_version": __version__,
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
@@ -130,6 +155,13 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
     saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
     if saved_data is not None and saved_data != data:
         diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    saved_env = ckpt.get("kernel_env")  # absent in checkpoints of psrnn before it
+    if saved_env is not None:
+        diff += [
+            f"{k} (checkpoint {saved_env.get(k)!r}, now {v!r}: the suite's job_env)"
+            for k, v in kernel_env().items()
+            if saved_env.get(k) != v
+        ]
     unknown = set(ckpt.get("state", {})) - set(RunState.__dataclass_fields__)
     if unknown:
         diff.append(f"run state of an earlier psrnn ({', '.join(sorted(unknown))})")
@@ -143,7 +175,7 @@ def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
     last = source / "ckpt_last.pt"
     if not last.is_file():
         return f"not reusing {source}: no ckpt_last.pt"
-    diff = checkpoint_differences(torch.load(last, map_location="cpu", weights_only=True), cfg, data)
+    diff = checkpoint_differences(read_checkpoint(last), cfg, data)
     if diff:
         return f"not reusing {source}: {'; '.join(diff)}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,8 +188,7 @@ def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
 def load_last(
     path: Path, cfg: Any, model: nn.Module, opt, sched, gens: Generators, data: str | None
 ) -> RunState:
-    # CPU first: RNG states must be CPU tensors; load_state_dict moves the rest to the device
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = read_checkpoint(path)  # load_state_dict moves the tensors to the device
     diff = checkpoint_differences(ckpt, cfg, data)
     if diff:
         raise ConfigChanged(path, diff)

@@ -11,7 +11,9 @@ imported only when their command runs, so `--help` and light commands start fast
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from psrnn.errors import UserError
@@ -58,4 +60,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, FileNotFoundError) as err:  # psrnn.config.ConfigError is a UserError
         print(f"psrnn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`psrnn config ... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        # files are written whole or not at all (psrnn.files): nothing half-written stays
+        print(
+            f"psrnn {args.command}: error: no space left on the device writing {err.filename or 'a file'}",
+            file=sys.stderr,
+        )
         return 2

@@ -17,6 +17,11 @@ engine supplies the bookkeeping, once for every study:
   `restart_on_change` is set aside; `reuse` adopts a finished search run that is the same
   run; a run whose metrics.json exists returns it without training, if it records the
   same settings (else that is the error, or with `restart_on_change` the run starts over);
+- one writer: a process training a run folder holds it (sole_writer); a second one is
+  refused until the first ends, however it ends;
+- kernels: the checkpoint records the CPU-kernel variables a suite's job_env sets
+  (checkpoint.KERNEL_ENV; `python -m psrnn train` applies the suite's, psrnn.jobenv) and
+  resumes only under the same ones, so a run's numbers do not depend on how it started;
 - failure: a NaN/inf training loss stops the run (TrainingDiverged; the last good
   checkpoint stays, no metrics); a finite loss that explodes past DIVERGENCE_FACTOR x the
   loss at initialisation is logged and recorded as metrics.json's `diverged`;
@@ -28,12 +33,14 @@ engine supplies the bookkeeping, once for every study:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -49,6 +56,7 @@ from psrnn.checkpoint import (
     RunState,
     adopt,
     config_differences,
+    kernel_env,
     load_last,
     save_last,
 )
@@ -85,6 +93,7 @@ COMMON_METRIC_KEYS = frozenset(
         "platform",
         "git_commit",
         "psrnn_version",
+        "kernel_env",
         "config",
     }
 )
@@ -181,6 +190,25 @@ def seed_everything(seed: int, device: torch.device) -> None:
 # --- the run -----------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def sole_writer(out_dir: Path) -> Iterator[None]:
+    """Hold the run folder for this process (an advisory lock on the folder itself, so no
+    file is left in it): a second process that trains the same folder at the same time is
+    refused; the lock goes with the process, however it ends."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"{out_dir}: another process is training this run now; wait for it to finish or stop it"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def fit(
     run: Any,
     out_dir: str | Path,
@@ -201,6 +229,20 @@ def fit(
     starts from when it is the same run (checkpoint.adopt), unless it has one of its own.
     """
     out_dir = Path(out_dir)
+    with sole_writer(out_dir):
+        return _fit(run, out_dir, meta, on_step, log, restart_on_change, heartbeat_s, reuse)
+
+
+def _fit(
+    run: Any,
+    out_dir: Path,
+    meta: dict[str, Any] | None,
+    on_step: StepHook | None,
+    log: Callable[[str], None] | None,
+    restart_on_change: bool,
+    heartbeat_s: float,
+    reuse: str | Path | None,
+) -> dict[str, Any]:
     log = log or (lambda msg: print(msg, flush=True))
     metrics_path, last_path = out_dir / "metrics.json", out_dir / "ckpt_last.pt"
     if metrics_path.is_file():
@@ -318,6 +360,7 @@ def fit(
         "peak_memory_mb": round(max(st.peak_memory_mb, memory.peak() / 2**20), 1),
         "peak_memory_method": memory.method,
         **environment(device),
+        "kernel_env": kernel_env(),
         "config": run.to_dict(),
     }
     expected = metric_keys(study)

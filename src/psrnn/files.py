@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from psrnn.errors import UserError
+
 
 def current_umask() -> int:
     """The process umask (reading it means setting it, so set it straight back)."""
@@ -57,8 +59,12 @@ def write_json(target: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
+    """The JSON file's value; a file that is not JSON (truncated, say) is a UserError naming it."""
     with open(path) as fh:
-        return json.load(fh)
+        try:
+            return json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserError(f"{path}: not a JSON file ({err}); delete it to make it again") from None
 
 
 def torch_save(target: str | Path, obj: Any) -> None:

@@ -41,6 +41,9 @@ def read_pair(src_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
         y = _read_idx_file(labels, tmp, read_label_file)  # (N,)
     if len(x) != len(y):
         raise UserError(f"{images}: {len(x)} images but {labels.name} has {len(y)} labels")
+    if len(y) and int(y.max()) > 9:
+        bad = int((y > 9).nonzero()[0, 0])
+        raise UserError(f"{labels}: label {int(y[bad])} at position {bad} is not a digit (0-9)")
     return x, y
 
 

@@ -1,0 +1,143 @@
+"""What a user's mistakes and accidents meet: the same numbers however a run was started, a
+second writer refused, one-line errors for broken files and closed pipes, labels checked."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from test_training import Interrupt, kill_at, quiet, small_cfg, write_images
+
+from psrnn import config as C
+from psrnn.checkpoint import KERNEL_ENV, ConfigChanged
+from psrnn.cli import main
+from psrnn.data.fixtures import gzip_bytes, idx_bytes
+from psrnn.engine import fit
+from psrnn.errors import UserError
+
+RELREG_CI = str(C.ROOT / "config" / "relreg-ci.yaml")
+POINT = "hidden-8_l2-0.0_lr-0.05"
+
+
+def clean_env() -> dict[str, str]:
+    """This process' environment without the kernel variables a suite's job_env sets."""
+    return {k: v for k, v in os.environ.items() if k not in KERNEL_ENV}
+
+
+def train_cmd(out: Path, env: dict[str, str]) -> dict:
+    args = ["--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--threads", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "psrnn", "train", *args, "--out", str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_path):
+    suite = C.load_suite(RELREG_CI)
+    assert suite["job_env"]  # the case at hand: the suite picks CPU kernels
+    by_hand = train_cmd(tmp_path / "hand", clean_env())  # as the README's "train one model"
+    as_snakemake = train_cmd(tmp_path / "snake", {**clean_env(), **suite["job_env"]})  # its jobs export it
+    assert by_hand["kernel_env"] == as_snakemake["kernel_env"] == suite["job_env"]
+    for key in ("test", "best_valid_acc", "best_epoch", "valid_main_loss", "train_loss"):
+        assert by_hand[key] == as_snakemake[key], key
+    assert (tmp_path / "hand" / "history.csv").read_bytes() == (
+        tmp_path / "snake" / "history.csv"
+    ).read_bytes()
+
+
+def test_a_checkpoint_resumes_only_under_the_kernels_it_was_written_with(tmp_path, monkeypatch):
+    cfg = small_cfg(write_images(tmp_path / "data", T=16), max_epochs=3)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    with pytest.raises(Interrupt):
+        fit(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    with pytest.raises(ConfigChanged, match=r"ATEN_CPU_CAPABILITY \(checkpoint 'default', now None"):
+        fit(cfg, tmp_path / "run", log=quiet)
+
+
+def test_a_second_process_training_the_same_folder_is_refused(tmp_path):
+    cfg = small_cfg(write_images(tmp_path / "data", T=16), max_epochs=2)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(epoch, step, _model):
+        inside.set()
+        release.wait(60)
+
+    first = threading.Thread(target=fit, args=(cfg, tmp_path / "run"), kwargs={"on_step": hold, "log": quiet})
+    first.start()
+    try:
+        assert inside.wait(60)
+        run = tmp_path / "run"
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import pathlib, psrnn.engine as e\nwith e.sole_writer(pathlib.Path({str(run)!r})): pass",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode != 0 and "another process is training this run now" in out.stderr
+    finally:
+        release.set()
+        first.join(120)
+    assert (tmp_path / "run" / "metrics.json").is_file()  # the first writer finished its run
+
+
+def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, capsys):
+    data = write_images(tmp_path / "data", T=16)
+    run_yaml = tmp_path / "run.yaml"
+    cfg = small_cfg(data, max_epochs=2)
+    run_yaml.write_text(json.dumps(cfg.to_dict()))  # JSON is YAML
+    with pytest.raises(Interrupt):
+        fit(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+    last = tmp_path / "run" / "ckpt_last.pt"
+    last.write_bytes(last.read_bytes()[:1000])
+    for extra in ([], ["--reuse", str(tmp_path / "run")]):
+        out = tmp_path / ("run" if not extra else "other")
+        assert main(["train", "--config", str(run_yaml), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{last}: not a readable checkpoint" in err[0], err
+
+
+def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):
+    sel = tmp_path / "selected.json"
+    sel.write_text('{"experiment": "lstm_l2", "point"')
+    args = ["train", "--config", RELREG_CI, "--experiment", "lstm_l2", "--selected", str(sel)]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{sel}: not a JSON file" in err[0]
+
+
+def test_a_closed_pipe_ends_the_listing_quietly():
+    proc = subprocess.run(
+        f"{sys.executable} -m psrnn config {C.ROOT / 'config' / 'paper.yaml'} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_digits_refuses_a_label_that_is_not_a_digit(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    x = torch.zeros(3, 28, 28, dtype=torch.uint8)
+    y = torch.tensor([1, 42, 3], dtype=torch.uint8)
+    (src / "t10k-images-idx3-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(x.numpy())))
+    (src / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(y.numpy())))
+    from psrnn.data.digits import read_pair
+
+    with pytest.raises(UserError, match=r"label 42 at position 1 is not a digit"):
+        read_pair(src)
