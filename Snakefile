@@ -19,11 +19,12 @@ from snakemake.utils import min_version
 from psrnn import config as C
 from psrnn import workflow as W
 
-
 min_version("9.20")  # pyproject.toml's workflow group
 
 
 configfile: workflow.source_path("config/paper.yaml")
+
+
 report: "paper/report/workflow.rst"
 
 
@@ -58,7 +59,8 @@ container: W.container(CFG)
 if W.uses_apptainer(workflow):
     W.check_image(W.container(CFG), workflow.basedir)
     workflow.deployment_settings.apptainer_args = W.apptainer_args(
-        workflow.deployment_settings.apptainer_args, CFG)
+        workflow.deployment_settings.apptainer_args, CFG
+    )
 
 
 # `resources.train.jobs_per_gpu` training jobs per GPU of this host (psrnn.gpus spreads
@@ -78,9 +80,11 @@ def train_inputs(experiment, search=False):
     """W.train_inputs: the stamped ones (manifest, the grid search's choice)
     current_or_plain, the split tensors ancient(); `search`: without the choice."""
     stamps = W.train_input_stamps(CFG, experiment)
-    return {k: current_or_plain(v, stamps[k]) if k in stamps else ancient(v)
-            for k, v in W.train_inputs(CFG, experiment).items()
-            if not (search and k == "selected")}
+    return {
+        k: current_or_plain(v, stamps[k]) if k in stamps else ancient(v)
+        for k, v in W.train_inputs(CFG, experiment).items()
+        if not (search and k == "selected")
+    }
 
 
 # The compiled files shown in `snakemake --report`, each labelled with what it shows
@@ -99,8 +103,10 @@ def reported(path):
 
 def train_resources():
     """W.train_resources per job: the runtime (minutes) may differ by dataset."""
-    return {name: (lambda w, name=name: W.train_resources(CFG, W.experiment_dataset(CFG, w.experiment))[name])
-            for name in W.train_resources(CFG)}
+    return {
+        name: (lambda w, name=name: W.train_resources(CFG, W.experiment_dataset(CFG, w.experiment))[name])
+        for name in W.train_resources(CFG)
+    }
 
 
 # Torch threads of a search/train job (`resources.train.threads`); OMP_NUM_THREADS also
@@ -112,7 +118,12 @@ TRAIN_THREADS = W.train_threads(CFG)
 # On a cluster these run where Snakemake runs (the login node): downloads need the
 # internet, which compute nodes often lack; the paper needs the host's LaTeX; the rest
 # are seconds of work not worth a queue slot.
-localrules: all, fixtures, download, select, paper
+localrules:
+    all,
+    fixtures,
+    download,
+    select,
+    paper,
 
 
 wildcard_constraints:
@@ -123,21 +134,21 @@ wildcard_constraints:
 
 
 rule all:
+    default_target: True
     input:
         W.targets(CFG),
-    default_target: True
 
 
 rule fixtures:
     """Small synthetic archives in the upstream formats (configs with `fixtures:` only)."""
     output:
         W.fixture_files(CFG),
-    params:
-        folder=lambda w, output: os.path.dirname(os.path.dirname(output[0])),  # <folder>/<ds>/MD5SUMS
     log:
         f"{RESULTS}/logs/fixtures.log",
     benchmark:
         f"{RESULTS}/benchmarks/fixtures.tsv"
+    params:
+        folder=lambda w, output: os.path.dirname(os.path.dirname(output[0])),  # <folder>/<ds>/MD5SUMS
     shell:
         "python -m psrnn fixtures {params.folder} > {log} 2>&1"
 
@@ -148,12 +159,12 @@ rule download:
         lambda w: [ancient(f) for f in W.download_inputs(CFG, w.dataset)],
     output:
         f"{DATA}/raw/{{dataset}}/download.json",
-    params:
-        spec=lambda w: W.dataset_spec(CFG, w.dataset),
     log:
         f"{RESULTS}/logs/download/{{dataset}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/download/{{dataset}}.tsv"
+    params:
+        spec=lambda w: W.dataset_spec(CFG, w.dataset),
     shell:
         'python -m psrnn download {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
 
@@ -164,14 +175,14 @@ rule prepare:
         lambda w: current_or_plain(W.download_marker(CFG, w.dataset), W.dataset_stamp(CFG, w.dataset)),
     output:
         expand(f"{DATA}/prepared/{{{{dataset}}}}/{{name}}", name=W.SPLIT_FILES),
-    params:
-        spec=lambda w: W.dataset_spec(CFG, w.dataset),
     log:
         f"{RESULTS}/logs/prepare/{{dataset}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare/{{dataset}}.tsv"
     resources:
         mem_mb=16000,
+    params:
+        spec=lambda w: W.dataset_spec(CFG, w.dataset),
     shell:
         'python -m psrnn prepare {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
 
@@ -182,19 +193,19 @@ rule search:
         unpack(lambda w: train_inputs(w.experiment, search=True)),
     output:
         f"{RESULTS}/search/{{experiment}}/{{point}}/metrics.json",
-    params:
-        spec=lambda w: W.experiment_spec(CFG, w.experiment, w.point),
-        seed=CFG["seeds"][0],
-        out=lambda w, output: os.path.dirname(output[0]),
     log:
         f"{RESULTS}/logs/search/{{experiment}}/{{point}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/search/{{experiment}}/{{point}}.tsv"
+    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
+    retries: W.TRAIN_RETRIES
     threads: TRAIN_THREADS
     resources:
         **train_resources(),
-    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
-    retries: W.TRAIN_RETRIES
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment, w.point),
+        seed=CFG["seeds"][0],
+        out=lambda w, output: os.path.dirname(output[0]),
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {params.seed} --point {wildcards.point} "
@@ -207,15 +218,14 @@ rule select:
         lambda w: W.search_metrics(CFG, w.experiment),
     output:
         f"{RESULTS}/search/{{experiment}}/selected.json",
-    params:
-        spec=lambda w: W.experiment_spec(CFG, w.experiment),
     log:
         f"{RESULTS}/logs/select/{{experiment}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/select/{{experiment}}.tsv"
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
     shell:
-        'python -m psrnn select --config "$PSRNN_CONFIG" --experiment {wildcards.experiment} '
-        "> {log} 2>&1"
+        'python -m psrnn select --config "$PSRNN_CONFIG" --experiment {wildcards.experiment} ' "> {log} 2>&1"
 
 
 rule train:
@@ -224,19 +234,19 @@ rule train:
         unpack(lambda w: train_inputs(w.experiment)),
     output:
         f"{RESULTS}/runs/{{experiment}}/seed{{seed}}/metrics.json",
-    params:
-        spec=lambda w: W.experiment_spec(CFG, w.experiment),
-        selected=lambda w, input: f"--selected {input.selected}" if "selected" in input.keys() else "",
-        out=lambda w, output: os.path.dirname(output[0]),
     log:
         f"{RESULTS}/logs/train/{{experiment}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{experiment}}/seed{{seed}}.tsv"
+    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
+    retries: W.TRAIN_RETRIES
     threads: TRAIN_THREADS
     resources:
         **train_resources(),
-    # A job killed at its walltime (SLURM) or by a crash resumes from ckpt_last.pt.
-    retries: W.TRAIN_RETRIES
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
+        selected=lambda w, input: f"--selected {input.selected}" if "selected" in input.keys() else "",
+        out=lambda w, output: os.path.dirname(output[0]),
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
@@ -275,6 +285,7 @@ rule paper:
         f"{RESULTS}/benchmarks/paper.tsv"
     # LaTeX lives on the host, not in the CUDA image: a `run:` job runs in Snakemake's
     # own environment, and `container: None` keeps its shell out of the image too.
-    container: None
+    container:
+        None
     run:
         shell('python -m psrnn paper --config "$PSRNN_CONFIG" > {log} 2>&1')

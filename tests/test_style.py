@@ -1,7 +1,8 @@
 """House rules the tools check: ruff's lint rules and formatting (pyproject.toml's
 [tool.ruff]) over src/ and tests/, so CI fails on a new unused import or an unformatted file;
-mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; and the
-package's shape: no import cycle between its modules, none longer than MAX_LINES."""
+mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; snakefmt
+over the Snakefile ([tool.snakefmt]); and the package's shape: no import cycle between its
+modules, none longer than MAX_LINES."""
 
 import ast
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from psrnn.config import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
+SNAKEFMT = Path(sys.executable).parent / "snakefmt"
 SRC = ROOT / "src"
 MAX_LINES = 500  # a module of one job reads in a sitting; split a longer one along a seam
 
@@ -26,6 +28,14 @@ def test_ruff_passes(args):
 def test_mypy_passes():
     # the files and settings are [tool.mypy]'s; about 20 s from a cold cache, 1 s warm
     res = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.skipif(not SNAKEFMT.is_file(), reason="snakefmt is not installed (pyproject.toml's dev group)")
+def test_snakefile_is_formatted():
+    res = subprocess.run(
+        [str(SNAKEFMT), "--check", "--diff", "Snakefile"], cwd=ROOT, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
