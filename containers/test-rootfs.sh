@@ -133,6 +133,8 @@ while [ \$# -gt 0 ]; do
     --nv) shift ;;
     --home) export HOME="\$2"; shift 2 ;;
     --pwd) dir="\$2"; shift 2 ;;
+    --bind)  # Snakemake binds its source cache, which only script: rules read; psrnn's are shell:
+      case "\$2" in */snakemake/source-cache) shift 2 ;; *) echo "apptainer stand-in: no --bind \$2" >&2; exit 2 ;; esac ;;
     -*) echo "apptainer stand-in: \$1 is not supported" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -170,8 +172,8 @@ PATH="$WORK/bin:$PATH" apptainer exec "$WORK/psrnn-debian.sif" env PYTHONPATH="$
   python -m psrnn check --config config/small.yaml 2>&1 | tee "$WORK/check.log"
 status="${PIPESTATUS[0]}"
 set -e
-log "check: $(grep -E '^check small: (all|[0-9]+ diff)' "$WORK/check.log" | tail -1) (exit $status)"
 log "$(grep '^check small: .* against' "$WORK/check.log")"
+log "$(grep -E '^check small: (all|[0-9]+ diff)' "$WORK/check.log" | tail -1) (exit $status)"
 unmount_all
 find "$ROOTFS$(dirname "$CHECKOUT")" -depth -type d -empty -delete 2>/dev/null || true
 exit "$status"
