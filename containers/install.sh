@@ -44,6 +44,7 @@ if [ "$PSRNN_PYTHON" = system ]; then
     python3 -m pip install -q --no-cache-dir --break-system-packages --root-user-action=ignore "uv==$UV_VERSION"
     apt-get purge -y -q --autoremove python3-pip
   fi
+  apt-get clean  # the downloaded .debs: Debian keeps them, Docker's bases do not
   rm -rf /var/lib/apt/lists/*
   python=/usr/bin/python3
 else

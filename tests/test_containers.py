@@ -280,13 +280,14 @@ def test_install_script_debian_takes_the_os_python_and_uv_from_pypi(tmp_path):
     pip (removed again), then the same lock; nothing downloads a Python."""
     status, err, ran = run_install(tmp_path, {"PSRNN_PYTHON": "system"}, uv=False)
     assert status == 0, err
-    ran[4] = re.sub(r"^rm -rf /var/lib/apt/lists/.*", "rm -rf /var/lib/apt/lists/*", ran[4])  # expanded
-    assert ran[:7] == [
+    ran[5] = re.sub(r"^rm -rf /var/lib/apt/lists/.*", "rm -rf /var/lib/apt/lists/*", ran[5])  # expanded
+    assert ran[:8] == [
         "apt-get update -q",
         "apt-get install -y -q --no-install-recommends ca-certificates python3-pip",
         "python3 -m pip install -q --no-cache-dir --break-system-packages --root-user-action=ignore "
         "uv==0.13.8",
         "apt-get purge -y -q --autoremove python3-pip",
+        "apt-get clean",
         "rm -rf /var/lib/apt/lists/*",
         "uv --version",
         "uv sync --frozen --no-default-groups --python /usr/bin/python3",
