@@ -3,6 +3,7 @@ second writer refused, one-line errors for broken files and closed pipes, labels
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -141,3 +142,44 @@ def test_digits_refuses_a_label_that_is_not_a_digit(tmp_path, capsys):
 
     with pytest.raises(UserError, match=r"label 42 at position 1 is not a digit"):
         read_pair(src)
+
+
+@pytest.fixture
+def relreg_results(tmp_path, monkeypatch):
+    """A copy of the committed second-study results to edit, as the working folder."""
+    shutil.copytree(C.ROOT / "results" / "relreg", tmp_path / "results" / "relreg")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "results" / "relreg"
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (
+            lambda m: m["config"].update(noise=0.3),
+            "not a run of this suite's settings (noise (checkpoint 0.3",
+        ),
+        (lambda m: m["config"].update(epochs=7), "not a run of this suite's settings (epochs (checkpoint 7"),
+        (lambda m: m.update(test_acc=7.5), "test_acc = 7.5 is not an accuracy in [0, 1]"),
+        (lambda m: m.clear(), "not a finished run's record (no experiment, seed,"),
+    ],
+)
+def test_compile_refuses_a_run_that_is_not_the_suites_and_names_it(relreg_results, edit, says, capsys):
+    path = relreg_results / "runs" / "proto_noise" / "seed1" / "metrics.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    path.write_text(json.dumps(m))
+    before = {p: p.read_bytes() for p in (relreg_results / "tables").iterdir()}
+    assert main(["compile", "--config", str(C.ROOT / "config" / "relreg.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and f"{Path('results/relreg/runs/proto_noise/seed1/metrics.json')}: {says}" in err[0]
+    ), err
+    assert {p: p.read_bytes() for p in (relreg_results / "tables").iterdir()} == before  # nothing rewritten
+
+
+def test_compile_refuses_an_empty_search_record(relreg_results, capsys):
+    path = next((relreg_results / "search").glob("proto_noise/*/metrics.json"))
+    path.write_text("{}")
+    assert main(["compile", "--config", str(C.ROOT / "config" / "relreg.yaml")]) == 2
+    assert "not a finished run's record" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn.files import read_json
 from psrnn.results import fmt
-from psrnn.results.collect import Suite, load_runs, load_settings
+from psrnn.results.collect import Suite, load_runs, load_settings, suite_run
 from psrnn.results.stats import PERCENT, WIDE_PP, Summary, bounded, summarize, verdict
 
 REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
@@ -68,7 +68,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         for pid, _ in C.grid_points(cfg["experiments"][exp]):
             p = _under(results_dir, C.search_dir(cfg, exp, pid), cfg) / "metrics.json"
             if p.is_file():
-                found.append((pid, read_json(p)))
+                found.append((pid, suite_run(cfg, p, exp, cfg["seeds"][0], point=pid)))
         points[exp] = found
         sel = _under(results_dir, C.selection_path(cfg, exp), cfg)
         if sel.is_file():

@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from psrnn import config as C
+from psrnn.errors import UserError
 from psrnn.files import read_json
 
 REFERENCE_PATH = C.ROOT / "config" / "reference.yaml"
@@ -115,15 +116,58 @@ def shared_percent(settings: dict[str, Any]) -> float:
     return 100.0 * int(round(float(settings["shared"]) * d)) / d
 
 
+# what every run's metrics.json must hold for compile to read it (psrnn.engine writes more)
+REQUIRED = ("experiment", "seed", "test_acc", "best_valid_acc", "best_epoch", "epochs_run", "config")
+ACCURACIES = ("test_acc", "best_valid_acc")  # fractions in [0, 1]
+
+
+def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point: str | None = None) -> dict:
+    """A run's metrics.json, checked to be a run of this suite: its required keys, its
+    accuracies in [0, 1], and its recorded settings those the suite gives that run (a final
+    run: those of one of the experiment's grid points, the one selection chose). Anything
+    else is a UserError naming the file: a run of other settings or an edited record is
+    never compiled as the suite's."""
+    from psrnn.checkpoint import config_differences
+
+    m = read_json(path)
+    missing = [k for k in REQUIRED if not isinstance(m, dict) or k not in m]
+    if missing:
+        raise UserError(f"{path}: not a finished run's record (no {', '.join(missing)}); delete its folder")
+    for key in ACCURACIES:
+        v = m[key]
+        if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+            raise UserError(f"{path}: {key} = {v!r} is not an accuracy in [0, 1]; delete its folder")
+    if m["seed"] != seed or m["experiment"] != experiment:
+        raise UserError(
+            f"{path}: records experiment {m['experiment']!r} seed {m['seed']}, not {experiment} {seed}"
+        )
+    exp = cfg["experiments"][experiment]
+    points = [point] if point is not None else [pid for pid, _ in C.grid_points(exp)] or [None]
+    tried = []
+    for pid in points:
+        overrides = C.point_overrides(exp, pid) if pid is not None else None
+        run = C.resolve_run(cfg, experiment, seed, selected=overrides)
+        diff = config_differences(m["config"], run)
+        if not diff:
+            return m
+        tried.append(diff)
+    fewest = min(tried, key=len)
+    raise UserError(
+        f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
+        "re-run it (snakemake re-runs changed runs) or delete its folder"
+    )
+
+
 def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
-    """Finished runs of every enabled experiment for the config's seeds (sorted)."""
+    """Finished runs of every enabled experiment for the config's seeds (sorted), each
+    checked to be the suite's (suite_run)."""
     out: dict[str, list[Run]] = {}
     for exp in C.enabled_experiments(cfg):
         runs = []
         for seed in sorted(cfg["seeds"]):
             d = results_dir / "runs" / exp / f"seed{seed}"
             if (d / "metrics.json").is_file():
-                runs.append(Run(exp, seed, d, read_json(d / "metrics.json")))
+                runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed)))
         out[exp] = runs
     return out
 
@@ -140,9 +184,16 @@ def load_settings(cfg: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, 
     return out
 
 
-def load_search(results_dir: Path) -> list[dict[str, Any]]:
-    """metrics.json of every grid-search run (only their wall time is reported)."""
-    return [read_json(p) for p in sorted((results_dir / "search").glob("*/*/metrics.json"))]
+def load_search(cfg: dict[str, Any], results_dir: Path) -> list[dict[str, Any]]:
+    """metrics.json of every grid-search run of the suite's experiments (only their wall
+    time is reported), each checked to be the suite's (suite_run); folders of experiments
+    or points the suite no longer has are left out."""
+    out = []
+    for path in sorted((results_dir / "search").glob("*/*/metrics.json")):
+        exp, pid = path.parent.parent.name, path.parent.name
+        if exp in cfg["experiments"] and pid in {p for p, _ in C.grid_points(cfg["experiments"][exp])}:
+            out.append(suite_run(cfg, path, exp, cfg["seeds"][0], point=pid))
+    return out
 
 
 def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, Any]]:
@@ -163,7 +214,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, da
         runs=runs,
         settings=load_settings(cfg, runs),
         manifests=load_manifests(cfg, data_dir),
-        search=load_search(results_dir),
+        search=load_search(cfg, results_dir),
     )
 
 
