@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn import config as C  # noqa: E402
@@ -51,6 +52,9 @@ def _note(ax, text: str) -> None:
 
 
 # --- Figures 4.1 and 4.2: sweeps ------------------------------------------------------------------
+
+
+LINE_STYLES = ("-", "--", ":", "-.")  # one per value of the second swept setting (style_key_of)
 
 
 def color_key(grid: dict[str, Any] | None) -> str | None:
@@ -90,21 +94,47 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
         _note(ax, f"{exp}: no finished run")
         return
     key = color_key(grid)
+    style_key = style_key_of(grid, key)
     overrides = dict(C.grid_points(s.cfg["experiments"][exp]))
     levels = sorted({overrides[p][key] for p, _ in lines if p in overrides}) if key else []
+    styles = sorted({overrides[p][style_key] for p, _ in lines if p in overrides}) if style_key else []
     cmap = matplotlib.colormaps["viridis"]
-    labelled = set()
+
+    def color(value: Any) -> Any:
+        return cmap(levels.index(value) / max(len(levels) - 1, 1)) if value in levels else "C0"
+
+    def dashes(value: Any) -> str:
+        return LINE_STYLES[styles.index(value) % len(LINE_STYLES)] if value in styles else "-"
+
+    handles = [h for h in ax.get_lines()]  # the thesis' row
     for point, m in lines:
         xs = [k for k in bits if str(k) in m.get("test", {})]
         ys = [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
-        value = overrides.get(point, {}).get(key) if key else None
-        color = cmap(levels.index(value) / max(len(levels) - 1, 1)) if value in levels else "C0"
-        label = f"{key} = {value:g}" if value in levels and value not in labelled else None
-        labelled.add(value)
-        ax.plot(xs, ys, "-", color=color, lw=0.7, alpha=0.75, label=label)
+        chosen = overrides.get(point, {})
+        ax.plot(xs, ys, dashes(chosen.get(style_key)), color=color(chosen.get(key)), lw=0.8, alpha=0.8)
         if s.selected.get(exp) == point:
-            ax.plot(xs, ys, "-", color="C3", lw=2.0, label=f"selected: {point}", zorder=4)
-    ax.legend(fontsize=6, loc="lower left")
+            handles += ax.plot(xs, ys, "-", color="C3", lw=2.0, label=f"selected: {point}", zorder=4)
+    handles += [Line2D([], [], color=color(v), lw=1.5, label=f"{key} = {v:g}") for v in levels]
+    handles += [
+        Line2D([], [], color="0.35", ls=dashes(v), lw=1.0, label=f"{style_key} = {v:g}") for v in styles
+    ]
+    # below the panel, so that no curve is hidden
+    ax.legend(
+        handles=handles, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False
+    )
+
+
+def style_key_of(grid: dict[str, Any] | None, color: str | None) -> str | None:
+    """The grid setting the line styles tell apart: the learning rate if swept, else the
+    first other numeric setting swept with at most len(LINE_STYLES) values."""
+    swept = [
+        k
+        for k, v in sorted((grid or {}).items())
+        if k not in (C.TIED, color)
+        and 1 < len(set(map(str, v))) <= len(LINE_STYLES)
+        and all(isinstance(x, (int, float)) for x in v)
+    ]
+    return "lr" if "lr" in swept else (swept[0] if swept else None)
 
 
 def _plural(n: int, noun: str) -> str:
@@ -113,7 +143,7 @@ def _plural(n: int, noun: str) -> str:
 
 def sweeps(s: RelRegSuite, stem: str, rows: int, cols: int) -> Figure:
     panels = s.reference.get("figure_panels", {}).get(stem.split("_")[0], [])
-    fig = _figure(s, FIGURE_TITLES[stem], 3.4 * cols + 0.4, 2.9 * rows + 0.9)
+    fig = _figure(s, FIGURE_TITLES[stem], 4.4 * cols + 0.4, 4.2 * rows + 0.9)
     if not any(s.experiments_for(p) for p in panels):
         return _placeholder(fig, f"none of {', '.join(panels) or 'its rows'} is an experiment of this config")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
@@ -191,7 +221,8 @@ def fig43_loading_steps(s: RelRegSuite) -> Figure:
 
 def fig44_loading_epochs(s: RelRegSuite) -> Figure:
     """Left: fraction of loading probabilities per bin (log colour) for every epoch; right:
-    the histograms of a few epochs stacked, start at the back (the thesis' 3-D stack)."""
+    the histograms of a few epochs stacked, epoch 0 at the bottom in both (the thesis' 3-D
+    stack, flattened)."""
     stem = "fig44_loading_epochs"
     found = loading(s, stem)
     if isinstance(found, Figure):
@@ -225,12 +256,9 @@ def fig44_loading_epochs(s: RelRegSuite) -> Figure:
     centers = (edges[:-1] + edges[1:]) / 2
     picks = sorted({int(round(e)) for e in np.linspace(0, epochs, min(epochs + 1, 6))})
     top = float(hist.max()) or 1.0
-    for j, e in enumerate(picks):  # epoch 0 at the top (back), the last one in front
-        y0 = len(picks) - 1 - j
-        ax_ridge.fill_between(
-            centers, y0, y0 + 0.9 * hist[e] / top, step="mid", color=f"C{j % 10}", alpha=0.7, zorder=j
-        )
-    ax_ridge.set_yticks([len(picks) - 1 - j for j in range(len(picks))], [f"epoch {e}" for e in picks])
+    for j, e in enumerate(picks):  # epoch 0 at the bottom, as in the map beside it
+        ax_ridge.fill_between(centers, j, j + 0.9 * hist[e] / top, step="mid", color=f"C{j % 10}", alpha=0.7)
+    ax_ridge.set_yticks(range(len(picks)), [f"epoch {e}" for e in picks])
     ax_ridge.set_xlabel("loading probability")
     ax_ridge.set_title("histograms (height: fraction / max)", fontsize=8)
     return fig
