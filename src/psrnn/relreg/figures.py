@@ -111,7 +111,8 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
         xs = [k for k in bits if str(k) in m.get("test", {})]
         ys = [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
         chosen = overrides.get(point, {})
-        ax.plot(xs, ys, dashes(chosen.get(style_key)), color=color(chosen.get(key)), lw=0.8, alpha=0.8)
+        style, level = (chosen.get(k) if k else None for k in (style_key, key))
+        ax.plot(xs, ys, dashes(style), color=color(level), lw=0.8, alpha=0.8)
         if s.selected.get(exp) == point:
             handles += ax.plot(xs, ys, "-", color="C3", lw=2.0, label=f"selected: {point}", zorder=4)
     handles += [Line2D([], [], color=color(v), lw=1.5, label=f"{key} = {v:g}") for v in levels]
