@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn.files import atomic_path  # noqa: E402
@@ -347,7 +348,7 @@ def fig1_gradient_norms(s: Suite) -> Figure:
     models = fig1_models(s)
     if not models:
         return _placeholder(_figure(s, title, 6.4, 2.5), "no finished run with grad_norms.npz")
-    fig = _figure(s, title, 3.3 * len(models) + 0.6, 3.4)
+    fig = _figure(s, title, max(3.3 * len(models) + 0.6, 6.4), 3.8)
     axes = fig.subplots(1, len(models), squeeze=False, sharey=True)[0]
     for ax, (kind, exp, seed) in zip(axes, models):
         run = next(r for r in s.runs[exp] if r.seed == seed)
@@ -364,7 +365,12 @@ def fig1_gradient_norms(s: Suite) -> Figure:
         )
         ax.set_xlabel("time step t")
     axes[0].set_ylabel("mean ||dL/dh_t|| over test sequences")
-    axes[-1].legend(fontsize=7)
+    # one legend for every panel, below them: every line kind, drawn in any panel or not
+    handles = [
+        Line2D([], [], ls=style, color=color, lw=1.0, label=label) for _, color, style, label in GRAD_LINES
+    ]
+    columns = 2 * min(len(models), 2)
+    fig.legend(handles=handles, loc="outside lower center", ncol=columns, fontsize=7, frameon=False)
     return fig
 
 
