@@ -142,7 +142,8 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
             f"{path}: records experiment {m['experiment']!r} seed {m['seed']}, not {experiment} {seed}"
         )
     exp = cfg["experiments"][experiment]
-    points = [point] if point is not None else [pid for pid, _ in C.grid_points(exp)] or [None]
+    points: list[str | None] = [point] if point is not None else [pid for pid, _ in C.grid_points(exp)]
+    points = points or [None]  # no grid: the experiment's one setting
     tried = []
     for pid in points:
         overrides = C.point_overrides(exp, pid) if pid is not None else None
