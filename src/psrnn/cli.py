@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "download": ("psrnn.data.download", "download and verify a dataset's archives"),
     "prepare": ("psrnn.data.prepare", "turn downloaded archives into prepared sequence tensors"),
     "train": ("psrnn.training", "train one model (one experiment, one seed)"),
+    "train-group": ("psrnn.fused", "train a group of runs in one process (a grid search's shape group)"),
     "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.results.compile", "compile tables, figures and the report from finished runs"),
     "paper": ("psrnn.results.paper", "build the paper PDF from the compiled tables and figures"),

@@ -245,16 +245,9 @@ def _fit(
 ) -> dict[str, Any]:
     log = log or (lambda msg: print(msg, flush=True))
     metrics_path, last_path = out_dir / "metrics.json", out_dir / "ckpt_last.pt"
-    if metrics_path.is_file():
-        done = read_json(metrics_path)
-        diff = config_differences(done.get("config", {}), run)
-        if not diff:
-            log(f"already complete: {metrics_path}")
-            return done
-        if not restart_on_change:
-            raise ConfigChanged(metrics_path, diff)
-        log(f"starting over: {metrics_path} is of a different config: {'; '.join(diff)}")
-        metrics_path.unlink()
+    done = finished(run, out_dir, log, restart_on_change)
+    if done is not None:
+        return done
     study = studies.of_settings(run)
     hooks = study.engine_hooks()
     session_start = time.perf_counter()
@@ -267,18 +260,7 @@ def _fit(
     model = hooks.build(run, data).to(device)
     opt, sched = hooks.optimizer(run, model)
     gens = Generators.seeded(run.seed)
-    st = None
-    if reuse is not None and not last_path.is_file():
-        log(adopt(Path(reuse), out_dir, run, data.identity))
-    if last_path.is_file():
-        try:
-            st = load_last(last_path, run, model, opt, sched, gens, data.identity)
-        except ConfigChanged as err:
-            if not restart_on_change:
-                raise
-            log(
-                f"starting over: {err.path} was written with a different config: {'; '.join(err.differences)}"
-            )
+    st = restore(run, out_dir, model, opt, sched, gens, data, log, restart_on_change, reuse)
     log(hooks.header(out_dir, device, model, data, run, None if st is None else st.epoch))
     if st is None:
         st = RunState()
@@ -309,25 +291,11 @@ def _fit(
         st.train_time_s += time.perf_counter() - t0
         valid = hooks.evaluate(model, data, run, device)
         row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
-        st.history.append(row)
-        st.epoch = epoch
-        score = list(hooks.score(valid))
-        if score > st.best_score:
-            st.best_score, st.best_valid_acc, st.best_epoch, st.since_best = score, score[0], epoch, 0
-            st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            torch_save(
-                out_dir / "ckpt_best.pt",
-                {"config": run.to_dict(), "epoch": epoch, "valid_acc": score[0], "model": st.best_model},
-            )
-        else:
-            st.since_best += 1
+        if note_epoch(st, row, hooks.score(valid), model, patience, max_epochs):
+            torch_save(out_dir / "ckpt_best.pt", best_checkpoint(run, st))
         captured = hooks.capture(model, data, run, device, epoch, valid)
         if captured is not None:
             st.captures[epoch] = captured
-        if patience > 0 and st.since_best >= patience:
-            st.stopped = "early_stopping"
-        elif epoch >= max_epochs:
-            st.stopped = "max_epochs"
         st.wall_time_s += time.perf_counter() - session_start
         session_start = time.perf_counter()
         st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
@@ -343,6 +311,120 @@ def _fit(
     own = hooks.finish(model, data, run, st, device, out_dir)
     wall = st.wall_time_s + time.perf_counter() - session_start
     diverged = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
+    peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
+    metrics = run_metrics(run, meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device)
+    write_json(metrics_path, metrics)
+    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
+    log(
+        f"done: test acc {metrics['test_acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})"
+    )
+    return metrics
+
+
+# --- the bookkeeping of one epoch and of a finished run (also psrnn.fused's, per member) ----
+
+
+def restore(
+    run: Any,
+    out_dir: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    gens: Generators,
+    data: Any,
+    log: Callable[[str], None],
+    restart_on_change: bool,
+    reuse: str | Path | None,
+) -> RunState | None:
+    """The run's state from its ckpt_last.pt (or `reuse`'s, adopted when it is the same run),
+    loaded into model, optimizer, scheduler and generators; None: a fresh start."""
+    last_path = out_dir / "ckpt_last.pt"
+    if reuse is not None and not last_path.is_file():
+        log(adopt(Path(reuse), out_dir, run, data.identity))
+    if not last_path.is_file():
+        return None
+    try:
+        return load_last(last_path, run, model, opt, sched, gens, data.identity)
+    except ConfigChanged as err:
+        if not restart_on_change:
+            raise
+        log(f"starting over: {err.path} was written with a different config: {'; '.join(err.differences)}")
+        return None
+
+
+def finished(
+    run: Any, out_dir: Path, log: Callable[[str], None], restart_on_change: bool
+) -> dict[str, Any] | None:
+    """The metrics of `out_dir` when it holds this run complete (None: it is to train). A
+    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed."""
+    metrics_path = out_dir / "metrics.json"
+    if not metrics_path.is_file():
+        return None
+    done = read_json(metrics_path)
+    diff = config_differences(done.get("config", {}), run)
+    if not diff:
+        log(f"already complete: {metrics_path}")
+        return done
+    if not restart_on_change:
+        raise ConfigChanged(metrics_path, diff)
+    log(f"starting over: {metrics_path} is of a different config: {'; '.join(diff)}")
+    metrics_path.unlink()
+    return None
+
+
+def note_epoch(
+    st: RunState,
+    row: dict[str, Any],
+    score: tuple[float, ...],
+    model: nn.Module,
+    patience: int,
+    max_epochs: int,
+) -> bool:
+    """Record a trained and validated epoch (`row`, the study's `score` of its validation) in
+    `st`: history, the best epoch (a CPU copy of `model`'s weights when it is a new best)
+    and whether the run stops now. Returns whether the epoch is the new best."""
+    epoch = int(row["epoch"])
+    st.history.append(row)
+    st.epoch = epoch
+    best = list(score) > st.best_score
+    if best:
+        st.best_score, st.best_valid_acc, st.best_epoch, st.since_best = list(score), score[0], epoch, 0
+        st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    else:
+        st.since_best += 1
+    if patience > 0 and st.since_best >= patience:
+        st.stopped = "early_stopping"
+    elif epoch >= max_epochs:
+        st.stopped = "max_epochs"
+    return best
+
+
+def best_checkpoint(run: Any, st: RunState) -> dict[str, Any]:
+    """What ckpt_best.pt holds: the best epoch's weights and the settings."""
+    return {
+        "config": run.to_dict(),
+        "epoch": st.best_epoch,
+        "valid_acc": st.best_valid_acc,
+        "model": st.best_model,
+    }
+
+
+def run_metrics(
+    run: Any,
+    meta: dict[str, Any] | None,
+    st: RunState,
+    own: dict[str, Any],
+    diverged: dict[str, Any] | None,
+    wall_s: float,
+    samples_per_s: float,
+    peak_memory_mb: float,
+    memory_method: str,
+    device: torch.device,
+) -> dict[str, Any]:
+    """A finished run's metrics.json: the keys every study shares around the study's `own`,
+    checked against the study's declared METRIC_KEYS."""
     metrics = {
         "experiment": (meta or {}).get("experiment"),
         "config_name": (meta or {}).get("config_name"),
@@ -355,21 +437,15 @@ def _fit(
         "stopped": st.stopped,
         "diverged": diverged,
         **own,
-        "wall_time_s": wall,
-        "samples_per_s": len(data.train) * st.epoch / max(st.train_time_s, 1e-9),
-        "peak_memory_mb": round(max(st.peak_memory_mb, memory.peak() / 2**20), 1),
-        "peak_memory_method": memory.method,
+        "wall_time_s": wall_s,
+        "samples_per_s": samples_per_s,
+        "peak_memory_mb": round(peak_memory_mb, 1),
+        "peak_memory_method": memory_method,
         **environment(device),
         "kernel_env": kernel_env(),
         "config": run.to_dict(),
     }
-    expected = metric_keys(study)
+    expected = metric_keys(studies.of_settings(run))
     if set(metrics) != expected:  # a new or lost field must update the study's METRIC_KEYS
         raise AssertionError(f"metrics.json keys differ from the study's: {set(metrics) ^ expected}")
-    write_json(metrics_path, metrics)
-    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
-    log(
-        f"done: test acc {metrics['test_acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
-        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})"
-    )
     return metrics

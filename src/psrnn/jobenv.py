@@ -18,8 +18,8 @@ from typing import Any
 
 
 def config_path(argv: list[str]) -> str | None:
-    """The --config of a `train` command line (None for any other command)."""
-    if not argv or argv[0] != "train":
+    """The --config of a `train` or `train-group` command line (None for any other command)."""
+    if not argv or argv[0] not in ("train", "train-group"):
         return None
     for i, arg in enumerate(argv):
         if arg == "--config" and i + 1 < len(argv):

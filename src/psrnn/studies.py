@@ -40,6 +40,11 @@ class Study:
     resume_exempt: tuple[str, ...]
     # metrics.json key -> kind of value, compared by `psrnn check` (kind picks the tolerance)
     regression_keys: dict[str, str]
+    # fused training (psrnn.fused): "module:function(run)" giving the key of runs that train
+    # as one batched model (None: every run trains alone), and the module whose `Batched`
+    # steps them
+    group_key: str | None = None
+    fused: str | None = None
 
     def settings(self) -> type:
         return load(self.run_config)
@@ -113,6 +118,8 @@ STUDIES = {
             "params": "count",
             "cell_params": "count",
         },
+        group_key="psrnn.relreg.config:group_key",
+        fused="psrnn.relreg.fused",
     ),
 }
 DEFAULT = "psrnn"  # the study of a suite config without `study:`

@@ -73,6 +73,21 @@ def with_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
 
 
+# Fused training (psrnn.fused, psrnn.relreg.fused): runs whose settings differ only in
+# these train as one batched model; the model kinds it batches (the others train alone)
+FUSED_PER_RUN = ("seed", "lr", "l2", "l2_cell", "l2_noncell", "noise", "clip")
+FUSED_MODELS = ("lstm", "proto")
+
+
+def group_key(cfg: RelRegConfig) -> tuple | None:
+    """Runs of one key (all settings but FUSED_PER_RUN) train as one batched model on the
+    CPU; None: this run trains alone."""
+    if cfg.model not in FUSED_MODELS or cfg.device != "cpu":
+        return None
+    d = cfg.to_dict()
+    return tuple((k, repr(d[k])) for k in sorted(d) if k not in FUSED_PER_RUN)
+
+
 def check_run(cfg: RelRegConfig) -> None:
     """Cross-field checks (the schema checks each field); each error names the keys."""
     from psrnn.config import ConfigError

@@ -1,0 +1,364 @@
+"""Fused runs: one process trains a group of runs at once, each kept as if it ran alone.
+
+    python -m psrnn train-group --config config/relreg.yaml --experiment proto_both
+    python -m psrnn train-group --config config/relreg.yaml --experiment proto_both --group cells-4_hidden-8
+    python -m psrnn train-group --config config/relreg.yaml --experiment lstm_l2 --seeds 1 2 3 4 \\
+        --selected results/relreg/search/lstm_l2/selected.json
+
+A grid search is one process per grid point; for tiny models that is mostly start-up and
+Python stepping one small batch at a time. Here the members of a group whose study can
+batch them (psrnn.studies: the row's `fused` module and `group_key`) train as one
+batched model, R runs stepped together (psrnn.relreg.fused); members it cannot batch
+(another model kind, a GPU) train one after another with psrnn.engine.fit in this process.
+
+Every member keeps its own run folder with the files psrnn.engine.fit writes (history.csv,
+ckpt_best.pt, ckpt_last.pt, the study's own files, metrics.json last) and the engine's
+bookkeeping (engine.note_epoch, engine.run_metrics, engine.restore): a finished member is
+returned without training, a member with a ckpt_last.pt resumes from it, and its
+ckpt_last.pt is the one engine.fit writes, so a member may also be resumed alone. Members
+resumed at different epochs train as separate cohorts. Differences from a lone run:
+
+- checkpoints (ckpt_last.pt, ckpt_best.pt, history.csv) are written every `save_every_s`
+  seconds of training (at an epoch's end) and when the member stops, not every epoch: a
+  killed group resumes each member from its last one;
+- wall_time_s and samples_per_s are the member's share of the group's time (the group's
+  time over its members) plus its own final evaluation; peak memory is the process's;
+- the numbers agree with a lone run's to float rounding (psrnn.relreg.fused says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from psrnn import config as C
+from psrnn import groups, studies
+from psrnn.checkpoint import Generators, RunState, save_last
+from psrnn.engine import (
+    best_checkpoint,
+    finished,
+    fit,
+    note_epoch,
+    pick_device,
+    restore,
+    run_metrics,
+    seed_everything,
+    sole_writer,
+)
+from psrnn.errors import TrainingDiverged, UserError
+from psrnn.files import read_json, torch_save, write_json, write_text
+from psrnn.machine import PeakMemory
+from psrnn.runlog import diverged_line, divergence, history_csv
+
+SAVE_EVERY_S = 60.0  # seconds of training between a group's checkpoints
+
+
+@dataclass
+class Job:
+    """One member: its settings, its folder, metrics.json's metadata, a run to adopt."""
+
+    run: Any
+    out_dir: Path
+    meta: dict[str, Any]
+    reuse: Path | None = None
+
+
+@dataclass
+class Member:
+    """A member as the group trains it: the job, its own model, optimizer and generators
+    (they hold its checkpoint), its state and its global RNG states (torch's is its noise)."""
+
+    job: Job
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: Any
+    gens: Generators
+    st: RunState
+    rng: dict[str, Any] = field(default_factory=dict)
+    best_unsaved: bool = False
+
+
+def fit_group(
+    jobs: list[Job],
+    log: Callable[[str], None] | None = None,
+    restart_on_change: bool = False,
+    save_every_s: float = SAVE_EVERY_S,
+    on_epoch: Callable[[int], None] | None = None,
+) -> list[dict[str, Any] | None]:
+    """Train (or resume, or return) every job; their metrics in order (None: the member's
+    loss was not finite, TrainingDiverged is raised after the others finish).
+
+    on_epoch(epoch): called after every fused epoch's bookkeeping (tests stop a group with it).
+    """
+    log = log or (lambda msg: print(msg, flush=True))
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    batches: dict[Any, list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = groups.group_key(job.run)
+        if key is None:
+            results[i] = fit(
+                job.run, job.out_dir, job.meta, log=log, restart_on_change=restart_on_change, reuse=job.reuse
+            )
+        else:
+            batches.setdefault(key, []).append(i)
+    failed = []
+    for rows in batches.values():
+        metrics = _fit_fused([jobs[i] for i in rows], log, restart_on_change, save_every_s, on_epoch)
+        for i, m in zip(rows, metrics, strict=True):
+            results[i] = m
+            if m is None:
+                failed.append(str(jobs[i].out_dir))
+    if failed:
+        raise TrainingDiverged(f"training loss not finite in {len(failed)} run(s): {', '.join(failed)}")
+    return results
+
+
+def _fit_fused(
+    jobs: list[Job],
+    log: Callable[[str], None],
+    restart_on_change: bool,
+    save_every_s: float,
+    on_epoch: Callable[[int], None] | None,
+) -> list[dict[str, Any] | None]:
+    run0 = jobs[0].run
+    study = studies.of_settings(run0)
+    hooks, fused = study.engine_hooks(), studies.load(f"{study.fused}:Batched")
+    with contextlib.ExitStack() as held:
+        for job in jobs:
+            held.enter_context(sole_writer(job.out_dir))
+        results: list[dict[str, Any] | None] = [
+            finished(j.run, j.out_dir, log, restart_on_change) for j in jobs
+        ]
+        todo = [i for i, r in enumerate(results) if r is None]
+        if not todo:
+            return results
+        device = pick_device(run0.device, log)
+        data = hooks.data(run0)  # the group key holds every data setting: one data for all
+        memory = PeakMemory(device)
+        memory.start()
+        members = {i: _member(jobs[i], hooks, data, device, log, restart_on_change) for i in todo}
+        max_epochs, patience = hooks.limits(run0)
+        for m in members.values():
+            if m.st.stopped is None and m.st.epoch >= max_epochs:
+                m.st.stopped = "max_epochs"
+        cohorts: dict[int, list[Member]] = {}
+        for m in members.values():
+            if m.st.stopped is None:
+                cohorts.setdefault(m.st.epoch, []).append(m)
+        failed: set[int] = set()
+        for cohort in cohorts.values():
+            failed |= _train(cohort, fused, hooks, data, device, memory, log, save_every_s, on_epoch)
+        for i, m in members.items():
+            if id(m) not in failed:
+                results[i] = _finish(m, hooks, data, device, memory, log)
+    return results
+
+
+def _member(job: Job, hooks: Any, data: Any, device: torch.device, log, restart_on_change: bool) -> Member:
+    """A member set up as engine.fit sets up a run: seeded, built, restored or fresh."""
+    run = job.run
+    seed_everything(run.seed, device)
+    model = hooks.build(run, data).to(device)
+    opt, sched = hooks.optimizer(run, model)
+    gens = Generators.seeded(run.seed)
+    st = restore(run, job.out_dir, model, opt, sched, gens, data, log, restart_on_change, job.reuse)
+    log(hooks.header(job.out_dir, device, model, data, run, None if st is None else st.epoch))
+    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if st is None:
+        st = RunState()
+        first = hooks.capture(model, data, run, device, 0, None)  # the state at initialisation
+        if first is not None:
+            st.captures[0] = first
+    return Member(job, model, opt, sched, gens, st, rng)
+
+
+def _train(
+    cohort: list[Member], fused: Any, hooks: Any, data: Any, device, memory, log, save_every_s, on_epoch
+) -> set[int]:
+    """Train a cohort (members at the same epoch) to the end as one batched model; returns
+    the ids of members whose loss went non-finite (dropped, their last checkpoint kept)."""
+    run0 = cohort[0].job.run
+    max_epochs, patience = hooks.limits(run0)
+    first_loss, first_label = hooks.first_loss(data)
+    batch = fused([m.job.run for m in cohort], [m.model for m in cohort], [m.opt for m in cohort])
+    noise = [torch.Generator().set_state(m.rng["torch"]) for m in cohort]
+    active, failed, saved_at = list(cohort), set(), time.perf_counter()
+    while active:
+        t0 = time.perf_counter()
+        epoch = active[0].st.epoch + 1
+        loss, pen = batch.train_epoch(data, run0.batch_size, [m.gens.shuffle for m in active], noise)
+        train_s = time.perf_counter() - t0
+        valids = batch.evaluate(data.valid)
+        now = time.perf_counter()
+        share, due = (now - t0) / len(active), save_every_s <= 0 or now - saved_at >= save_every_s
+        keep = []
+        for r, m in enumerate(active):
+            run = m.job.run
+            if not math.isfinite(float(loss[r])):
+                log(
+                    f"{m.job.out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr}); "
+                    f"ckpt_last.pt keeps its last saved epoch, no metrics written"
+                )
+                failed.add(id(m))
+                continue
+            row = {"epoch": epoch, "train_loss": float(loss[r]), "train_penalty": float(pen[r])}
+            row.update(hooks.valid_row(valids[r]), epoch_time_s=share)
+            score = hooks.score(valids[r])
+            if list(score) > m.st.best_score or due:
+                batch.write_back(r, m.model, m.opt)  # the member's own model holds its weights
+            m.best_unsaved |= note_epoch(m.st, row, score, m.model, patience, max_epochs)
+            captured = hooks.capture(m.model, data, run, device, epoch, valids[r])
+            if captured is not None:
+                m.st.captures[epoch] = captured
+            m.st.train_time_s += train_s / len(active)
+            m.st.wall_time_s += share
+            m.st.peak_memory_mb = max(m.st.peak_memory_mb, memory.peak() / 2**20)
+            m.rng["torch"] = noise[r].get_state()
+            flag = divergence(m.st.history, first_loss, hooks.LOSS_COLUMN)
+            if flag is not None and flag["epoch"] == epoch:
+                log(f"{m.job.out_dir}: {diverged_line(flag, first_label)}")
+            if m.st.stopped is not None and not due:
+                batch.write_back(r, m.model, m.opt)
+            if due or m.st.stopped is not None:
+                _save(m, hooks, data)
+            if m.st.stopped is None:
+                keep.append(r)
+        if due:
+            saved_at = time.perf_counter()
+        losses = [float(v) for v in loss if math.isfinite(float(v))]
+        log(
+            f"epoch {epoch}/{max_epochs}: {len(active)} runs of {run0.model}, train loss median "
+            f"{float(np.median(losses)) if losses else math.nan:.4f}, {time.perf_counter() - t0:.1f}s"
+        )
+        if on_epoch is not None:
+            on_epoch(epoch)
+        if len(keep) < len(active):
+            active, noise = [active[r] for r in keep], [noise[r] for r in keep]
+            if active:
+                batch.keep(keep)
+    return failed
+
+
+def _save(m: Member, hooks: Any, data: Any) -> None:
+    """The member's history.csv, ckpt_best.pt (when it changed) and ckpt_last.pt, as
+    engine.fit writes them (its own model and optimizer hold its current state)."""
+    out = m.job.out_dir
+    write_text(out / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS))
+    if m.best_unsaved:
+        torch_save(out / "ckpt_best.pt", best_checkpoint(m.job.run, m.st))
+        m.best_unsaved = False
+    torch.set_rng_state(m.rng["torch"])  # checkpoint.rng_state reads the global generators
+    np.random.set_state(m.rng["numpy"])
+    random.setstate(m.rng["python"])
+    save_last(out / "ckpt_last.pt", m.job.run, m.st, m.model, m.opt, m.sched, m.gens, data.identity)
+
+
+def _finish(m: Member, hooks: Any, data: Any, device, memory, log) -> dict[str, Any]:
+    """The member's own outputs and metrics.json, from its best epoch (engine.fit's end)."""
+    t0 = time.perf_counter()
+    run, st, out = m.job.run, m.st, m.job.out_dir
+    assert st.best_model is not None
+    m.model.load_state_dict(st.best_model)
+    own = hooks.finish(m.model, data, run, st, device, out)
+    wall = st.wall_time_s + time.perf_counter() - t0
+    first_loss, _ = hooks.first_loss(data)
+    diverged = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
+    peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
+    metrics = run_metrics(
+        run, m.job.meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device
+    )
+    write_json(out / "metrics.json", metrics)
+    log(
+        f"done {out}: test acc {metrics['test_acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs)"
+    )
+    return metrics
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config")
+    p.add_argument("--experiment", required=True, help="experiment name in the suite config")
+    p.add_argument(
+        "--group",
+        help="one group of the experiment's search (psrnn.groups; `python -m psrnn config --groups` "
+        "lists them); default: every grid point",
+    )
+    p.add_argument("--seeds", type=int, nargs="+", help="final runs of these seeds (with --selected)")
+    p.add_argument("--selected", help="selected.json of the experiment's search (final runs)")
+    p.add_argument("--restart-on-change", action="store_true", help="as for `train`")
+    p.add_argument(
+        "--save-every",
+        type=float,
+        default=SAVE_EVERY_S,
+        metavar="S",
+        help=f"seconds of training between checkpoints (default {SAVE_EVERY_S:.0f}; 0: every epoch)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads; default 1)")
+
+
+def group_jobs(args: argparse.Namespace) -> list[Job]:
+    """The members the command line names."""
+    suite = C.load_suite(args.config)
+    exp, name = args.experiment, suite["name"]
+    if exp not in suite["experiments"]:
+        raise UserError(f"unknown experiment {exp!r}; known: {', '.join(sorted(suite['experiments']))}")
+    if args.seeds:  # final runs
+        selected, reuse_point = None, None
+        if C.has_grid(suite, exp):
+            if not args.selected:
+                raise UserError(f"--seeds: experiment {exp} has a grid, so --selected is required")
+            sel = read_json(args.selected)
+            selected, reuse_point = sel["overrides"], sel.get("point")
+        jobs = []
+        for seed in args.seeds:
+            run = C.resolve_run(suite, exp, seed, selected=selected)
+            reuse = (
+                C.search_dir(suite, exp, reuse_point) if reuse_point and seed == suite["seeds"][0] else None
+            )
+            jobs.append(
+                Job(
+                    run,
+                    C.run_dir(suite, exp, seed),
+                    {"experiment": exp, "config_name": name, "point": None},
+                    reuse,
+                )
+            )
+        return jobs
+    points = groups.search_groups(suite, exp)
+    if args.group is not None and args.group not in points:
+        raise UserError(f"experiments.{exp}: no group {args.group!r}; known: {', '.join(points)}")
+    chosen = points[args.group] if args.group is not None else [p for ps in points.values() for p in ps]
+    seed = suite["seeds"][0]
+    return [
+        Job(
+            C.resolve_run(suite, exp, seed, point=pid),
+            C.search_dir(suite, exp, pid),
+            {"experiment": exp, "config_name": name, "point": pid},
+        )
+        for pid in chosen
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise UserError(f"--threads {args.threads}: must be at least 1")
+    torch.set_num_threads(args.threads)
+    jobs = group_jobs(args)
+    t0 = time.perf_counter()
+    fit_group(jobs, restart_on_change=args.restart_on_change, save_every_s=args.save_every)
+    print(f"{len(jobs)} runs of {args.experiment} complete ({time.perf_counter() - t0:.0f}s)")
+    return 0

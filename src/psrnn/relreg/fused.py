@@ -1,0 +1,323 @@
+"""Many Binary Counter runs of one shape as one batched model: the second study's side of
+fused training (psrnn.fused keeps each run's books).
+
+    python -m psrnn train-group --config config/relreg.yaml --experiment proto_both
+
+R runs whose settings differ only in FUSED_PER_RUN (psrnn.relreg.config: seed, learning
+rate, the lambdas, the noise scale, the clip) share their data and their step structure,
+so one process can step them together: every parameter becomes one tensor with a leading
+run dimension (R, ...), named as in the run's own model (its state_dict keys), and the
+LSTM and proto-LSTM equations are written once over it with batched matmuls
+(psrnn.relreg.lstm and proto hold the same equations for one run).
+What stays per run is exactly what a run alone owns:
+
+- its initial weights (each run's model is built alone, under its seed, then stacked);
+- its data order (its own shuffle generator draws its permutation every epoch);
+- its cell noise (eq. 3.5): a generator holding the global RNG state the run alone would
+  have after building its model, drawing the same tensors in the same order;
+- its loss (cross-entropy mean over its own batch), penalty (its own lambdas), gradient
+  clip (the norm over its own parameters) and optimizer (Adam or SGD at its own learning
+  rate, the formulas of torch.optim's single-tensor Adam and SGD).
+
+The sums over a batch are the same sums, but batched kernels add in another order than a
+run's own, so a fused run's weights match the lone run's to float32 rounding, not bit for
+bit: tests/test_fused.py checks that accuracies are identical and losses within 1e-4.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from psrnn.relreg import training as T
+from psrnn.relreg.base import VOCAB
+from psrnn.relreg.data import CounterSplit
+
+CELL_NAMES = ("cell.weight_ih", "cell.weight_hh", "cell.bias")  # eq. 3.7's cell parameters
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults (training.make_optimizer)
+EVAL_ELEMENTS = 1 << 22  # largest (runs x sequences x gate units) one evaluation step holds
+
+
+def _col(values: list[float], like: torch.Tensor, dims: int) -> torch.Tensor:
+    """(R, 1, ..., 1): one value per run, broadcasting over `dims` trailing dimensions."""
+    return torch.tensor(values, dtype=like.dtype).view(-1, *([1] * dims))
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None  # every parameter takes part in every forward
+    return p.grad
+
+
+class Batched:
+    """The parameters and optimizer state of R runs of one shape, and their step.
+
+    params: state_dict key -> (R, *shape) leaf tensor; runs: the runs' settings."""
+
+    def __init__(self, runs: list[Any], models: list[nn.Module], opts: list[torch.optim.Optimizer]):
+        self.runs, self.kind = runs, runs[0].model
+        names = [n for n, _ in models[0].named_parameters()]
+        self.params = {
+            n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_()
+            for n in names
+        }
+        self.adam = runs[0].optimizer == "adam"
+        self.step_count, self.moments = 0, {}
+        if self.adam:
+            states = [o.state_dict()["state"] for o in opts]
+            if states[0]:  # resumed: every member is at the same step (psrnn.fused's cohorts)
+                self.step_count = int(states[0][0]["step"])
+                self.moments = {
+                    n: tuple(torch.stack([s[i][k] for s in states]) for k in ("exp_avg", "exp_avg_sq"))
+                    for i, n in enumerate(names)
+                }
+        like = self.params[names[0]]
+        self.noisy = [r.noise > 0 for r in runs]
+
+        def per_run(field: str) -> torch.Tensor:
+            return torch.tensor([float(getattr(r, field)) for r in runs], dtype=like.dtype)
+
+        self.l2, self.l2_cell, self.l2_noncell = per_run("l2"), per_run("l2_cell"), per_run("l2_noncell")
+        self.noise, self.clip = per_run("noise"), per_run("clip")
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    # --- the models ----------------------------------------------------------------------
+
+    def forward(
+        self, x: torch.Tensor, draws: list[tuple[torch.Tensor, ...]] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (R, B, T) tokens -> logits (R, B, T, 2), loading (R, B, T, K) or None; `draws`:
+        per step, the cell noise (R, ...) of eq. 3.5 (training with noise only)."""
+        if self.kind == "lstm":
+            return self._lstm(x), None
+        return self._proto(x, draws)
+
+    def _head(self, hs: torch.Tensor) -> torch.Tensor:
+        P = self.params
+        R, B, T, H = hs.shape
+        w, b = P["head.weight"], P["head.bias"]  # (R, 2, H), (R, 2)
+        return torch.baddbmm(b.unsqueeze(1), hs.reshape(R, B * T, H), w.transpose(1, 2)).view(R, B, T, -1)
+
+    def _lstm(self, x: torch.Tensor) -> torch.Tensor:
+        P = self.params
+        R, B, T = x.shape
+        runs = torch.arange(R).view(R, 1, 1)
+        # one-hot input times W_ih is the column of W_ih of the token: gather it
+        xw = P["lstm.weight_ih_l0"].transpose(1, 2)[runs, x] + P["lstm.bias_ih_l0"].view(
+            R, 1, 1, -1
+        )  # (R, B, T, 4H)
+        w_hh, b_hh = (
+            P["lstm.weight_hh_l0"].transpose(1, 2),
+            P["lstm.bias_hh_l0"].unsqueeze(1),
+        )  # (R, H, 4H), (R, 1, 4H)
+        H = w_hh.shape[1]
+        h = c = xw.new_zeros(R, B, H)
+        hs = []
+        for t in range(T):
+            gates = torch.baddbmm(b_hh, h, w_hh) + xw[:, :, t]  # (R, B, 4H), gates i, f, g, o
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(h)
+        return self._head(torch.stack(hs, dim=2))
+
+    def _proto(
+        self, x: torch.Tensor, draws: list[tuple[torch.Tensor, ...]] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        P = self.params
+        R, B, T = x.shape
+        w_ih, w_hh, bias = (P[n] for n in CELL_NAMES)  # (R, K, 4H, I), (R, K, 4H, H), (R, K, 4H)
+        lw, lb = P["cell.loader.weight"], P["cell.loader.bias"]  # (R, K, I + H), (R, K)
+        K, G, H = w_hh.shape[1], w_hh.shape[2], w_hh.shape[3]
+        runs = torch.arange(R).view(R, 1)
+        inputs = F.one_hot(x, VOCAB).to(w_ih.dtype)  # (R, B, T, I)
+        if draws is not None:
+            with torch.no_grad():  # sigma_w^k, sigma_b^k (eq. 3.5), per run and cell
+                sigma_w = torch.cat([w_ih.reshape(R, K, -1), w_hh.reshape(R, K, -1)], dim=2).std(dim=2)
+                sigma_b = bias.std(dim=2)  # (R, K)
+            scale_w = self.noise.view(R, 1, 1, 1) * sigma_w.view(R, K, 1, 1)  # (R, K, 1, 1)
+            scale_b = self.noise.view(R, 1, 1) * sigma_b.view(R, K, 1)
+        h = c = inputs.new_zeros(R, B, H)
+        hs, ps = [], []
+        for t in range(T):
+            a_ih, a_hh, b = w_ih, w_hh, bias
+            if draws is not None:
+                n_ih, n_hh, n_b = draws[t]
+                a_ih, a_hh, b = w_ih + scale_w * n_ih, w_hh + scale_w * n_hh, bias + scale_b * n_b
+            p = torch.softmax(
+                torch.baddbmm(lb.unsqueeze(1), torch.cat([inputs[:, :, t], h], dim=2), lw.transpose(1, 2)),
+                dim=2,
+            )  # (R, B, K) eq. 3.3-3.4
+            x_part = a_ih.permute(0, 3, 1, 2)[runs, x[:, :, t]]  # (R, B, K, 4H): W_ih^k of the token
+            h_part = torch.bmm(h, a_hh.permute(0, 3, 1, 2).reshape(R, H, K * G)).view(R, B, K, G)
+            per_cell = x_part + h_part + b.unsqueeze(1)  # (R, B, K, 4H)
+            gates = torch.einsum("rbk,rbkg->rbg", p, per_cell)  # (R, B, 4H)
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # eq. 3.1
+            h = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(h)
+            ps.append(p)
+        return self._head(torch.stack(hs, dim=2)), torch.stack(ps, dim=2)
+
+    def noise_draws(self, gens: list[torch.Generator], steps: int) -> list[tuple[torch.Tensor, ...]] | None:
+        """Each noisy run's cell noise for one forward of `steps` steps, drawn from its own
+        generator in the order the run alone draws it (per step: W_ih, W_hh, b); zeros for
+        runs without noise (their scale is 0). None: no run has noise."""
+        if self.kind != "proto" or not any(self.noisy):
+            return None
+        shapes = [tuple(self.params[n].shape[1:]) for n in CELL_NAMES]
+        like = self.params[CELL_NAMES[0]]
+        out = [[like.new_zeros(len(self), *s) for s in shapes] for _ in range(steps)]
+        for r, gen in enumerate(gens):
+            if self.noisy[r]:
+                for t in range(steps):
+                    for j, s in enumerate(shapes):
+                        out[t][j][r] = torch.randn(s, generator=gen)
+        return [tuple(d) for d in out]
+
+    # --- one step --------------------------------------------------------------------------
+
+    def penalty(self) -> torch.Tensor:
+        """(R,): l2 * eq. 3.6 + eq. 3.7 per run (psrnn.relreg.regularizers)."""
+        squares = {n: p.pow(2).flatten(1).sum(dim=1) for n, p in self.params.items()}  # (R,) each
+        cell = sum((s for n, s in squares.items() if n in CELL_NAMES), torch.zeros(len(self)))
+        other = sum((s for n, s in squares.items() if n not in CELL_NAMES), torch.zeros(len(self)))
+        return self.l2_cell * cell + self.l2_noncell * other + self.l2 * (cell + other)
+
+    def clip_and_step(self, lrs: torch.Tensor) -> None:
+        """Clip each run's gradient to its own global norm (clip 0: none), then one Adam or
+        SGD step per run at its learning rate `lrs` (R,)."""
+        with torch.no_grad():
+            grads = {n: _grad(p) for n, p in self.params.items()}
+            norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()])  # (P, R)
+            total = norms.norm(dim=0)  # (R,) as clip_grad_norm_: the norm of the norms
+            coef = torch.clamp(self.clip / (total + 1e-6), max=1.0)
+            coef = torch.where(self.clip > 0, coef, torch.ones_like(coef))
+            self.step_count += 1
+            b1, b2 = ADAM_BETAS
+            for n, p in self.params.items():
+                g = grads[n] * coef.view(-1, *([1] * (p.dim() - 1)))
+                dims = p.dim() - 1
+                if not self.adam:
+                    p.add_(_col([-lr for lr in lrs.tolist()], p, dims) * g)
+                    continue
+                if n not in self.moments:
+                    self.moments[n] = (torch.zeros_like(p), torch.zeros_like(p))
+                m, v = self.moments[n]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                bc1, bc2 = 1 - b1**self.step_count, 1 - b2**self.step_count
+                denom = (v.sqrt() / math.sqrt(bc2)).add_(ADAM_EPS)
+                p.add_(_col([-(lr / bc1) for lr in lrs.tolist()], p, dims) * m / denom)
+
+    def train_epoch(
+        self, data: T.Data, batch_size: int, shuffles: list[torch.Generator], noise: list[torch.Generator]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass over the training sequences, each run in its own random batches:
+        (mean bit loss, mean penalty), (R,) float64 each; NaN for a run whose loss was not
+        finite (its weights are then garbage: psrnn.fused drops it)."""
+        lrs = torch.tensor([r.lr for r in self.runs], dtype=torch.float64)
+        order = torch.stack([torch.randperm(len(data.train), generator=g) for g in shuffles])  # (R, N)
+        loss_sum = torch.zeros(len(self), dtype=torch.float64)
+        pen_sum = torch.zeros(len(self), dtype=torch.float64)
+        bad = torch.zeros(len(self), dtype=torch.bool)
+        steps = 0
+        for i in range(0, order.shape[1], batch_size):
+            idx = order[:, i : i + batch_size]  # (R, b)
+            x, y = data.train.x[idx], data.train.y[idx]  # (R, b, k + 1), (R, b, k)
+            logits, _ = self.forward(x, self.noise_draws(noise, x.shape[2]))
+            logits = logits[:, :, 1:]  # step 0 reads the start token
+            loss = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), reduction="none")
+            loss = loss.view(len(self), -1).mean(dim=1)  # (R,)
+            pen = self.penalty()
+            total = loss + pen
+            bad |= ~torch.isfinite(total)
+            for p in self.params.values():
+                p.grad = None
+            torch.where(bad, torch.zeros_like(total), total).sum().backward()
+            self.clip_and_step(lrs)
+            loss_sum += loss.detach().double()
+            pen_sum += pen.detach().double()
+            steps += 1
+        nan = torch.full_like(loss_sum, math.nan)
+        return torch.where(bad, nan, loss_sum / steps), torch.where(bad, nan, pen_sum / steps)
+
+    @torch.no_grad()
+    def evaluate(self, splits: list[CounterSplit]) -> list[dict[str, Any]]:
+        """training.evaluate for every run (the same numbers, per run, in the same form)."""
+        R = len(self)
+        cells = self.params["cell.bias"].shape[1] if self.kind == "proto" else 1
+        width = cells * 4 * self.params["head.weight"].shape[2]  # gate units per sequence and step
+        batch = max(1, min(1024, EVAL_ELEMENTS // (R * width)))
+        loss_sum = torch.zeros(R, dtype=torch.float64)
+        seq_right, bit_right = torch.zeros(R), torch.zeros(R)
+        seqs = bits_total = 0
+        per_bits: list[dict[str, dict[str, float]]] = [{} for _ in range(R)]
+        loading: list[list[torch.Tensor]] = [[] for _ in range(R)]
+        for sp in splits:
+            s_right, b_right = torch.zeros(R), torch.zeros(R)
+            for i in range(0, len(sp), batch):
+                x, y = sp.x[i : i + batch], sp.y[i : i + batch]
+                logits, p = self.forward(x.expand(R, *x.shape))
+                logits = logits[:, :, 1:]  # (R, B, k, 2)
+                ce = F.cross_entropy(
+                    logits.reshape(-1, 2), y.expand(R, *y.shape).reshape(-1), reduction="none"
+                )
+                loss_sum += ce.view(R, -1).sum(dim=1).double()
+                right = logits.argmax(-1) == y  # (R, B, k)
+                s_right += right.all(dim=2).sum(dim=1)
+                b_right += right.sum(dim=(1, 2))
+                if p is not None:
+                    for r in range(R):
+                        loading[r].append(p[r].reshape(-1))
+            n = len(sp)
+            for r in range(R):
+                sr, br = float(s_right[r]), float(b_right[r])
+                per_bits[r][str(sp.bits)] = {"seq_acc": sr / n, "bit_acc": br / (n * sp.bits), "count": n}
+            seqs += n
+            bits_total += n * sp.bits
+            seq_right += s_right
+            bit_right += b_right
+        return [
+            {
+                "loss": float(loss_sum[r]) / bits_total,
+                "seq_acc": float(seq_right[r]) / seqs,
+                "bit_acc": float(bit_right[r]) / bits_total,
+                "per_bits": per_bits[r],
+                "loading": torch.cat(loading[r]) if loading[r] else None,
+            }
+            for r in range(R)
+        ]
+
+    # --- to and from the runs' own models ------------------------------------------------
+
+    @torch.no_grad()
+    def write_back(self, r: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        """Run r's weights into its own model and its optimizer state into its own optimizer,
+        as torch.optim would hold them after as many steps (its ckpt_last.pt resumes alone)."""
+        params = dict(model.named_parameters())
+        for n, p in self.params.items():
+            params[n].copy_(p[r])
+        if self.adam and self.step_count:
+            for n, p in params.items():
+                m, v = self.moments[n]
+                opt.state[p] = {
+                    "step": torch.tensor(float(self.step_count)),
+                    "exp_avg": m[r].clone(),
+                    "exp_avg_sq": v[r].clone(),
+                }
+
+    def keep(self, rows: list[int]) -> None:
+        """Go on with runs `rows` only (the others stopped or failed)."""
+        index = torch.tensor(rows, dtype=torch.long)
+        self.runs = [self.runs[r] for r in rows]
+        self.noisy = [self.noisy[r] for r in rows]
+        self.params = {n: p.detach()[index].clone().requires_grad_() for n, p in self.params.items()}
+        self.moments = {n: (m[index].clone(), v[index].clone()) for n, (m, v) in self.moments.items()}
+        for name in ("l2", "l2_cell", "l2_noncell", "noise", "clip"):
+            setattr(self, name, getattr(self, name)[index])

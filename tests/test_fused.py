@@ -1,0 +1,162 @@
+"""Fused runs (psrnn.fused, psrnn.relreg.fused): a group of runs trained as one batched
+model gives each run the numbers it gets alone, keeps each run's folder, and resumes per
+member.
+
+Same numbers: every test accuracy per bit count, the best epoch and the best validation
+accuracy identical to the lone run's; losses (train, validation, every history row)
+within LOSS_RTOL (batched kernels add in another order: float32 rounding, ~1e-7 here).
+"""
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from psrnn import config as C
+from psrnn import groups
+from psrnn.checkpoint import read_checkpoint
+from psrnn.engine import fit
+from psrnn.fused import Job, fit_group
+from psrnn.relreg.config import RelRegConfig
+
+LOSS_RTOL = 1e-4
+TINY = dict(epochs=3, train_size=64, batch_size=16, valid_bits=(4, 5), test_bits=(6, 8), test_count=32)
+
+
+def quiet(msg: str) -> None:
+    pass
+
+
+def rows(path: Path) -> list[dict[str, float]]:
+    with open(path) as fh:
+        return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+
+
+def grid(kind: str) -> list[RelRegConfig]:
+    """Grid points of one shape with every per-run setting varied (two seeds, both rates,
+    the lambdas, the noise regularizer with its own random stream, clip on and off)."""
+    if kind == "lstm":
+        base = RelRegConfig(model="lstm", hidden=6, **TINY)
+        cases = [dict(seed=0), dict(seed=1, lr=0.05), dict(seed=0, l2=0.01), dict(seed=2, clip=0.0)]
+    else:
+        base = RelRegConfig(model="proto", hidden=6, cells=3, **TINY)
+        cases = [
+            dict(seed=0, noise=0.1),
+            dict(seed=1, lr=0.05, l2_cell=0.01),
+            dict(seed=0, l2_noncell=0.01, noise=1.0),
+            dict(seed=2, l2=0.001),
+            dict(seed=3, optimizer="sgd", lr=0.5, noise=0.01),
+        ]
+    return [dataclasses.replace(base, **c) for c in cases]
+
+
+def assert_same_numbers(alone: dict, fused: dict, alone_dir: Path, fused_dir: Path) -> None:
+    assert fused["test"] == alone["test"]  # every accuracy per bit count, exactly
+    for key in (
+        "test_acc",
+        "test_bit_acc",
+        "best_epoch",
+        "best_valid_acc",
+        "valid_bit_acc",
+        "epochs_run",
+        "stopped",
+    ):
+        assert fused[key] == alone[key], key
+    for key in ("train_loss", "valid_main_loss"):
+        assert fused[key] == pytest.approx(alone[key], rel=LOSS_RTOL), key
+    a, f = rows(alone_dir / "history.csv"), rows(fused_dir / "history.csv")
+    assert len(a) == len(f) == alone["epochs_run"]
+    for ra, rf in zip(a, f, strict=True):
+        assert rf == pytest.approx(ra, rel=LOSS_RTOL, abs=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "proto"])
+def test_a_fused_run_gives_the_numbers_of_the_same_run_alone(tmp_path, kind):
+    runs = grid(kind)
+    alone = [fit(r, tmp_path / f"alone{i}", log=quiet) for i, r in enumerate(runs)]
+    fused = fit_group(
+        [Job(r, tmp_path / f"fused{i}", {}) for i, r in enumerate(runs)], log=quiet, save_every_s=0
+    )
+    for i, (a, f) in enumerate(zip(alone, fused, strict=True)):
+        assert_same_numbers(a, f, tmp_path / f"alone{i}", tmp_path / f"fused{i}")
+        names = {p.name for p in (tmp_path / f"fused{i}").iterdir()}
+        assert names == {p.name for p in (tmp_path / f"alone{i}").iterdir()}  # the same files
+        best = read_checkpoint(tmp_path / f"fused{i}" / "ckpt_best.pt")
+        assert best["epoch"] == a["best_epoch"] and best["config"] == runs[i].to_dict()
+
+
+def test_a_killed_group_resumes_each_member_and_finished_members_are_not_retrained(tmp_path):
+    runs = grid("proto")[:3]
+    jobs = [Job(r, tmp_path / f"m{i}", {}) for i, r in enumerate(runs)]
+    done = fit(runs[0], jobs[0].out_dir, log=quiet)  # one member finished before the group starts
+    stamp = (jobs[0].out_dir / "metrics.json").stat().st_mtime_ns
+
+    class Killed(Exception):
+        pass
+
+    def kill(epoch: int) -> None:
+        if epoch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        fit_group(jobs, log=quiet, save_every_s=0, on_epoch=kill)
+    for job in jobs[1:]:  # killed after epoch 2: a checkpoint, no metrics
+        assert not (job.out_dir / "metrics.json").exists()
+        assert read_checkpoint(job.out_dir / "ckpt_last.pt")["state"]["epoch"] == 2
+    log: list[str] = []
+    resumed = fit_group(jobs, log=log.append, save_every_s=0)
+    assert resumed[0] == done and (jobs[0].out_dir / "metrics.json").stat().st_mtime_ns == stamp
+    assert sum("resumed after epoch 2" in line for line in log) == 2
+    whole = fit_group(
+        [Job(r, tmp_path / f"whole{i}", {}) for i, r in enumerate(runs)], log=quiet, save_every_s=0
+    )
+    for i in (1, 2):  # resumed = uninterrupted, bit for bit
+        assert resumed[i]["test"] == whole[i]["test"] and resumed[i]["train_loss"] == whole[i]["train_loss"]
+        assert rows(jobs[i].out_dir / "history.csv") == rows(tmp_path / f"whole{i}" / "history.csv")
+
+
+def test_a_members_checkpoint_resumes_alone(tmp_path):
+    runs = grid("lstm")[:2]
+    jobs = [Job(r, tmp_path / f"m{i}", {}) for i, r in enumerate(runs)]
+
+    def kill(epoch: int) -> None:
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit_group(jobs, log=quiet, save_every_s=0, on_epoch=kill)
+    log: list[str] = []
+    alone = fit(runs[0], jobs[0].out_dir, log=log.append)  # engine.fit takes the member's checkpoint
+    assert any("resumed after epoch 2" in line for line in log)
+    whole = fit(runs[0], tmp_path / "whole", log=quiet)
+    assert_same_numbers(whole, alone, tmp_path / "whole", jobs[0].out_dir)
+
+
+def test_groups_are_shapes_cut_to_size():
+    cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
+    assert groups.search_groups(cfg, "lstm_l2") == {
+        f"hidden-{h}": [pid for pid, v in C.grid_points(cfg["experiments"]["lstm_l2"]) if v["hidden"] == h]
+        for h in (6, 8, 10)
+    }
+    assert list(groups.search_groups(cfg, "proto_both")) == ["all"]  # one shape: hidden 8, 4 cells
+    rmc = groups.search_groups(cfg, "rmc_l2")  # not batched: one by one, ALONE_MAX a job
+    assert list(rmc) == ["alone", "alone.2", "alone.3"] and [len(v) for v in rmc.values()] == [12, 12, 6]
+
+
+def test_the_batched_model_is_the_models_equations():
+    """One forward of two stacked proto models = each model's own forward."""
+    from psrnn.relreg.fused import Batched
+    from psrnn.relreg.models import build_model
+
+    torch.manual_seed(0)
+    runs = grid("proto")[:2]
+    models = [build_model("proto", hidden=6, cells=3, key_size=4, heads=2, layers=1, noise=0.0) for _ in runs]
+    opts = [torch.optim.Adam(m.parameters()) for m in models]
+    x = torch.randint(0, 3, (2, 5, 7))
+    logits, loading = Batched(runs, models, opts).forward(x)
+    for r, m in enumerate(models):
+        out = m.eval()(x[r])
+        torch.testing.assert_close(logits[r], out.logits, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(loading[r], out.loading, rtol=1e-5, atol=1e-6)
