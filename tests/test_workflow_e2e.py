@@ -167,6 +167,28 @@ def test_an_edited_config_reruns_exactly_what_it_changes_in_one_invocation(workd
     assert job_counts(res.stdout) == expected
 
 
+def test_a_defaults_edit_reruns_only_the_runs_whose_resolved_settings_change(workdir):
+    """The README's `dvc exp run -S defaults.lr=0.01`: experiments that set their own lr,
+    or search it in a grid, keep their settings and are not trained again."""
+    import yaml
+
+    raw = yaml.safe_load(SMALL.read_text())
+    raw["defaults"]["lr"] = 0.01
+    edited = workdir / "edited-lr.yaml"
+    edited.write_text(yaml.safe_dump(raw, sort_keys=False))
+    after = C.load_suite(edited)
+    changed = [
+        (exp, seed)
+        for exp in C.enabled_experiments(CFG)
+        for seed in CFG["seeds"]
+        if C.resolve_run(CFG, exp, seed) != C.resolve_run(after, exp, seed) and not C.has_grid(CFG, exp)
+    ]
+    assert 0 < len(changed) < len(C.enabled_experiments(CFG)) * len(CFG["seeds"])
+    res = snakemake(workdir, "-n", "--quiet", "rules", config=edited)
+    assert res.returncode == 0, res.stderr
+    assert job_counts(res.stdout) == {"train": len(changed), "compile": 1, "paper": 1, "all": 1}
+
+
 def test_a_lost_split_tensor_is_prepared_again_before_training(workdir):
     """train.pt deleted, its manifest still there, a run on it to redo: the dataset is
     prepared again first, instead of the training job failing on the missing file.

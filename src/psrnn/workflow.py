@@ -266,15 +266,27 @@ def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
 
 def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
     """Everything a training job depends on besides its files, as stable JSON: the jobs'
-    environment, defaults, the experiment (grid included), the grid point, and its
-    dataset's preparation.
-    A Snakemake param: editing one experiment re-runs that experiment only."""
+    environment, the run's resolved settings (the seed aside) and its dataset's preparation.
+    A search job's settings are its grid point's; a final run's (and the selection's) are
+    the experiment's without the settings its grid chooses, plus the grid's points, whose
+    choice arrives as selected.json.
+    A Snakemake param: an edit re-runs exactly the jobs whose resolved settings it changes
+    (a `defaults` value that an experiment or its grid overrides changes none)."""
     exp = cfg["experiments"][experiment]
+    seed = cfg["seeds"][0]
+    if point:
+        settings = C.resolve_run(cfg, experiment, seed, point=point).to_dict()
+    else:
+        points = dict(C.grid_points(exp))
+        chosen = {k for overrides in points.values() for k in overrides}
+        settings = {
+            k: v for k, v in C.resolve_run(cfg, experiment, seed).to_dict().items() if k not in chosen
+        }
+        settings["grid"] = points or None
+    settings.pop("seed")
     spec = {
         "job_env": cfg.get("job_env", {}),
-        "defaults": cfg.get("defaults", {}),
-        "experiment": exp,
-        "point": C.point_overrides(exp, point) if point else None,
+        "run": settings,
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
     return json.dumps(spec, sort_keys=True)
