@@ -17,6 +17,7 @@ import os
 from snakemake.utils import min_version
 
 from psrnn import config as C
+from psrnn import groups as G
 from psrnn import workflow as W
 
 min_version("9.20")  # pyproject.toml's workflow group
@@ -130,13 +131,14 @@ wildcard_constraints:
     dataset="|".join(C.DATASETS),
     experiment="[A-Za-z0-9_]+",
     point="[A-Za-z0-9.+_-]+",
+    group="[A-Za-z0-9.+_-]+",
     seed="[0-9]+",
 
 
 rule all:
     default_target: True
     input:
-        W.targets(CFG),
+        G.targets(CFG, W.targets(CFG)),
 
 
 rule fixtures:
@@ -212,10 +214,35 @@ rule search:
         "--out {params.out} --restart-on-change --threads {threads} > {log} 2>&1"
 
 
+rule search_group:
+    """A group of an experiment's grid points (`fused_search: true`; psrnn.groups), trained
+    in one process, one shape as one batched model; writes every point's run folder, then
+    the group's marker. A killed job resumes each unfinished point from its checkpoint."""
+    input:
+        unpack(lambda w: train_inputs(w.experiment, search=True)),
+    output:
+        f"{RESULTS}/search/{{experiment}}/groups/{{group}}.json",
+    log:
+        f"{RESULTS}/logs/search/{{experiment}}/groups/{{group}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/search/{{experiment}}/groups/{{group}}.tsv"
+    retries: W.TRAIN_RETRIES
+    threads: TRAIN_THREADS
+    resources:
+        **train_resources(),
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
+        points=lambda w: G.search_groups(CFG, w.experiment)[w.group],
+    shell:
+        'OMP_NUM_THREADS={threads} python -m psrnn train-group --config "$PSRNN_CONFIG" '
+        "--experiment {wildcards.experiment} --group {wildcards.group} --restart-on-change "
+        "--threads {threads} > {log} 2>&1"
+
+
 rule select:
     """The experiment's grid point with the best validation accuracy -> selected.json."""
     input:
-        lambda w: W.search_metrics(CFG, w.experiment),
+        lambda w: G.search_inputs(CFG, w.experiment, W.search_metrics(CFG, w.experiment)),
     output:
         f"{RESULTS}/search/{{experiment}}/selected.json",
     log:

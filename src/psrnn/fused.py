@@ -359,6 +359,16 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     jobs = group_jobs(args)
     t0 = time.perf_counter()
-    fit_group(jobs, restart_on_change=args.restart_on_change, save_every_s=args.save_every)
+    metrics = fit_group(jobs, restart_on_change=args.restart_on_change, save_every_s=args.save_every)
     print(f"{len(jobs)} runs of {args.experiment} complete ({time.perf_counter() - t0:.0f}s)")
+    if args.group is not None:  # the group's marker, last: every member is complete
+        suite = C.load_suite(args.config)
+        write_json(
+            groups.group_marker(suite, args.experiment, args.group),
+            {
+                "experiment": args.experiment,
+                "group": args.group,
+                "points": {j.meta["point"]: m["test_acc"] for j, m in zip(jobs, metrics, strict=True) if m},
+            },
+        )
     return 0

@@ -7,13 +7,17 @@ runs of one key (one shape: same model kind and size, same data and step setting
 as one batched model. Runs without a key (another model kind, another study) train one
 after another in their group's process. Groups are cut to at most FUSED_MAX (batched) or
 ALONE_MAX (one by one) runs, so that the jobs of a large grid spread over the cores.
-This module imports no torch: the Snakefile asks it for its jobs.
+With the suite's `fused_search: true` the Snakefile's grid search is one job per group
+(rule search_group); the job writes every member's run folder and, last, the group's
+marker (group_marker), which the selection waits for. This module imports no torch: the
+Snakefile asks it for its jobs.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
@@ -83,3 +87,42 @@ def _shared_name(overrides: list[dict[str, Any]]) -> str:
     if len(overrides) > 1 and not shared:
         return "all"
     return "_".join(f"{k}-{_slug(v)}" for k, v in sorted(shared.items())) or "all"
+
+
+# --- the workflow's group jobs (the suite's `fused_search: true`) ---------------------------
+
+
+def fused_search(cfg: dict[str, Any]) -> bool:
+    return bool(cfg.get("fused_search"))
+
+
+def group_marker(cfg: dict[str, Any], experiment: str, group: str) -> Path:
+    """Written last by a group's job: every member of the group is complete."""
+    return C.search_dir(cfg, experiment, "groups") / f"{group}.json"
+
+
+def markers(cfg: dict[str, Any], experiment: str) -> list[str]:
+    return [str(group_marker(cfg, experiment, g)) for g in search_groups(cfg, experiment)]
+
+
+def search_inputs(cfg: dict[str, Any], experiment: str, point_metrics: list[str]) -> list[str]:
+    """What an experiment's selection waits for: its group markers under `fused_search`,
+    else every grid point's metrics.json (`point_metrics`, psrnn.workflow.search_metrics)."""
+    return markers(cfg, experiment) if fused_search(cfg) and point_metrics else point_metrics
+
+
+def targets(cfg: dict[str, Any], files: list[str]) -> list[str]:
+    """`rule all`'s files (psrnn.workflow.targets) with, under `fused_search`, each grid
+    search's group markers in place of its points' metrics.json (the group jobs write
+    those as they go; a point is not a job of its own)."""
+    if not fused_search(cfg):
+        return files
+    out, points = [], set()
+    for exp in C.enabled_experiments(cfg):
+        if C.has_grid(cfg, exp):
+            points |= {
+                str(C.search_dir(cfg, exp, pid) / "metrics.json")
+                for pid, _ in C.grid_points(cfg["experiments"][exp])
+            }
+            out += markers(cfg, exp)
+    return out + [f for f in files if f not in points]
