@@ -31,7 +31,14 @@ STAGE_FILES = {  # what each stage's commands read besides the common ones
 }
 # every stage runs the Snakefile over the whole package: the studies share the engine,
 # config and results code, and Snakemake decides which jobs a code edit re-runs (none)
-COMMON = ["Snakefile", "src/psrnn", "config/schema.yaml"]
+COMMON = ["Snakefile", "config/schema.yaml"]
+CODE = {  # the digest of its code each stage depends on (the `code` stage writes them)
+    "data": "data",
+    "train": "psrnn-train",
+    "compile": "psrnn-compile",
+    "relreg-train": "relreg-train",
+    "relreg-compile": "relreg-compile",
+}
 CMD = re.compile(
     r"(?:mkdir -p results/(?P<mkdir>[\w-]+)/search && )?"
     r"snakemake --cores all --configfile (?P<config>[\w/.-]+)(?: --until (?P<until>\w+))?"
@@ -88,7 +95,10 @@ def test_dvc_resolves_the_stages():
         [sys.executable, "-m", "dvc", "stage", "list"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr
-    assert [ln.split()[0] for ln in res.stdout.splitlines()] == [s for ss in STAGES.values() for s in ss]
+    assert [ln.split()[0] for ln in res.stdout.splitlines()] == [
+        "code",
+        *(s for ss in STAGES.values() for s in ss),
+    ]
     assert "results/small/runs" in res.stdout and "results/relreg/runs" in res.stdout
 
 
@@ -106,6 +116,7 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
             for path in [*COMMON, *STAGE_FILES[name]]:
                 assert path in deps, (name, path)
                 assert (ROOT / path).exists(), path
+            assert f"results/code/{CODE[name]}.json" in deps and "src/psrnn" not in deps, name
             # DVC deletes a stage's outs before its command unless they persist: never
             for out in st[name]["outs"] + st[name].get("metrics", []):
                 assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
@@ -125,6 +136,17 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
     assert "extends" not in C.load_yaml(ROOT / "config" / "relreg.yaml")
     assert st["relreg-train"]["params"] == [{"config/relreg.yaml": ["study", *W.DVC_STAGE_PARAMS["train"]]}]
     assert st["relreg-compile"]["params"] == [{"config/relreg.yaml": None}]
+
+
+def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
+    st = stages("small")["code"]
+    assert st["deps"] == ["src/psrnn"] and st["outs"] == [{"results/code": {"cache": False, "persist": True}}]
+    out = tmp_path / "code"
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn", "code-digest", "--out", str(out)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.stem for p in out.iterdir()) == sorted(CODE.values())
 
 
 def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
@@ -287,9 +309,10 @@ def test_dvc_repro_keeps_what_snakemake_built_and_survives_a_code_edit(dvc_repo)
     source = repo / "src" / "psrnn" / "data" / "sources.py"
     source.write_text(source.read_text() + "\n# a comment\n")
     status = sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
-    assert "data:" in status and "modified:" in status
+    assert "code:" in status and "modified:" in status
+    # the comment changes no digest: the code stage runs, no stage after it
     res = sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "compile")
-    assert "Running stage 'data'" in res.stdout
+    assert "Running stage 'code'" in res.stdout and "Running stage 'data'" not in res.stdout
     assert outputs(repo) == built
     assert (
         "up to date" in sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
     "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
+    "code-digest": ("psrnn.codehash", "digests of the code each job runs, comments and docstrings aside"),
 }
 
 

@@ -24,8 +24,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from psrnn import codehash, studies
 from psrnn import config as C
-from psrnn import studies
 from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-singularity)
     IMAGE_BUILD,
     apptainer_args,
@@ -266,7 +266,9 @@ def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
 
 def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
     """Everything a training job depends on besides its files, as stable JSON: the jobs'
-    environment, the run's resolved settings (the seed aside) and its dataset's preparation.
+    environment, the digest of the code that trains it (psrnn.codehash: comments and
+    docstrings aside), the run's resolved settings (the seed aside) and its dataset's
+    preparation.
     A search job's settings are its grid point's; a final run's (and the selection's) are
     the experiment's without the settings its grid chooses, plus the grid's points, whose
     choice arrives as selected.json.
@@ -286,6 +288,7 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
     settings.pop("seed")
     spec = {
         "job_env": cfg.get("job_env", {}),
+        "code": codehash.training_digest(studies.study_name(cfg)),
         "run": settings,
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
