@@ -45,7 +45,7 @@ def imports(name: str, tree: ast.Module, is_package: bool, known: dict[str, Path
     """The package's modules that module `name` imports anywhere in it (a `from x import y`
     imports x, and x.y when that is a module; relative imports resolved)."""
     package = name.split(".") if is_package else name.split(".")[:-1]
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -91,7 +91,8 @@ def entry_points() -> dict[str, list[str]]:
     training jobs (search, select, train, grouped runs) and compile jobs (compile, paper)."""
     out = {"data": ["psrnn.data.fixtures", "psrnn.data.download", "psrnn.data.prepare"]}
     for s in studies.STUDIES.values():
-        out[f"{s.name}-train"] = ["psrnn.__main__", "psrnn.training", "psrnn.selection", "psrnn.fused", s.hooks]
+        train = ["psrnn.__main__", "psrnn.training", "psrnn.selection", "psrnn.fused", s.hooks]
+        out[f"{s.name}-train"] = train
         out[f"{s.name}-compile"] = ["psrnn.results.compile", "psrnn.results.paper", s.results]
     return out
 
