@@ -13,6 +13,7 @@
 # README's section "When jobs re-run".
 
 import os
+import sys
 
 from snakemake.utils import min_version
 
@@ -47,8 +48,10 @@ DATA = str(C.data_root(CFG))
 # makes the jobs run this checkout's code, also inside the container image.
 # $PSRNN_JOBS_PER_GPU (`resources.train.jobs_per_gpu`) tells training jobs how many share
 # a GPU (psrnn.gpus); not a param, so changing it re-runs nothing. The config's
-# `job_env` (e.g. portable CPU numerics in config/small.yaml) goes to every job.
-shell.prefix(W.shell_prefix(SUITE, workflow.basedir, CFG))
+# `job_env` (e.g. portable CPU numerics in config/small.yaml) goes to every job. Outside
+# a container, the jobs' `python` is the one running Snakemake (its folder first on PATH).
+PYTHON_BIN = None if W.uses_apptainer(workflow) else os.path.dirname(sys.executable)
+shell.prefix(W.shell_prefix(SUITE, workflow.basedir, CFG, PYTHON_BIN))
 
 
 container: W.container(CFG)
@@ -129,7 +132,9 @@ localrules:
 
 wildcard_constraints:
     dataset="|".join(C.DATASETS),
-    experiment="[A-Za-z0-9_]+",
+    # the config's experiments only: another target is "no rule to produce" it, not an
+    # error inside an input function
+    experiment=W.one_of(C.enabled_experiments(CFG)),
     point="[A-Za-z0-9.+_-]+",
     group="[A-Za-z0-9.+_-]+",
     seed="[0-9]+",

@@ -497,3 +497,25 @@ def test_every_path_a_document_names_exists(doc):
         if not (ROOT / m).exists()
     )
     assert missing == [], missing
+
+
+def test_an_unknown_experiment_as_a_target_is_no_rule_not_a_traceback(tmp_path):
+    target = "results/small/runs/nosuch_exp/seed0/metrics.json"
+    res = snakemake("-n", target, "--configfile", str(ROOT / "config" / "small.yaml"), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and f"No rule to produce {target}" in out
+    assert "Traceback" not in out and "KeyError" not in out
+
+
+def test_jobs_run_the_python_that_runs_snakemake_outside_a_container(tmp_path):
+    """`.venv/bin/snakemake` with the venv not activated (here: no `python` on PATH at all):
+    the jobs' `python` is the one running Snakemake (its folder first on PATH)."""
+    target = "results/relreg-ci/search/lstm_l2/hidden-8_l2-0.0_lr-0.05/metrics.json"
+    config = str(ROOT / "config" / "relreg-ci.yaml")
+    res = snakemake(
+        "--cores", "1", target, "--configfile", config, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (tmp_path / target).is_file()
+    prefix = W.shell_prefix("config/small.yaml", ROOT, C.load_suite(ROOT / "config" / "small.yaml"))
+    assert "export PATH" not in prefix  # in a container: the image's python

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -264,7 +265,7 @@ def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
     return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]}, sort_keys=True)
 
 
-def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None) -> str:
+def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None, code: bool = True) -> str:
     """Everything a training job depends on besides its files, as stable JSON: the jobs'
     environment, the digest of the code that trains it (psrnn.codehash: comments and
     docstrings aside), the run's resolved settings (the seed aside) and its dataset's
@@ -288,7 +289,7 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
     settings.pop("seed")
     spec = {
         "job_env": cfg.get("job_env", {}),
-        "code": codehash.training_digest(studies.study_name(cfg)),
+        "code": codehash.training_digest(studies.study_name(cfg)) if code else None,
         "run": settings,
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
@@ -320,8 +321,10 @@ def dataset_stamp(cfg: dict[str, Any], dataset: str) -> dict[str, str]:
 
 
 def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
-    """What select records in selected.json."""
-    return {SPEC_KEY: spec_digest(experiment_spec(cfg, experiment))}
+    """What select records in selected.json: the settings it was chosen for. Not the code's
+    digest: a change of the training code re-runs the search and final jobs themselves
+    (their params), and the committed selections stay current across it."""
+    return {SPEC_KEY: spec_digest(experiment_spec(cfg, experiment, code=False))}
 
 
 def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, str]]:
@@ -383,11 +386,16 @@ def local_gpu_slots(cfg: dict[str, Any]) -> int:
 # --- the jobs' shell ----------------------------------------------------------------------------
 
 
-def shell_prefix(suite: str | Path, basedir: str | Path, cfg: dict[str, Any]) -> str:
+def shell_prefix(
+    suite: str | Path, basedir: str | Path, cfg: dict[str, Any], python_bin: str | None = None
+) -> str:
     """The Snakefile's shell.prefix: strict bash, the suite config ($PSRNN_CONFIG), this
     checkout's src/ first on PYTHONPATH, the GPU slots per device (psrnn.gpus), the
-    config's job_env. Paths are shell-quoted (a config path may hold an apostrophe) and
-    braces doubled (Snakemake formats the prefix).
+    config's job_env; and, for jobs outside a container, the folder of the Python that
+    runs Snakemake (`python_bin`) first on PATH, so the jobs' `python` is the one that
+    has psrnn's packages (`.venv/bin/snakemake` works without the venv activated). Paths
+    are shell-quoted (a config path may hold an apostrophe) and braces doubled (Snakemake
+    formats the prefix).
 
     The slots go here rather than into a param: Snakemake re-runs a job whose params
     changed, and how jobs share a GPU does not change what they compute."""
@@ -397,7 +405,14 @@ def shell_prefix(suite: str | Path, basedir: str | Path, cfg: dict[str, Any]) ->
         "${PYTHONPATH:+:$PYTHONPATH}; "
         f"export {JOBS_PER_GPU_ENV}={jobs_per_gpu(cfg)}; " + job_env(cfg)
     )
+    if python_bin:
+        prefix += f'export PATH={shlex.quote(python_bin)}:"$PATH"; '
     return prefix.replace("{", "{{").replace("}", "}}")
+
+
+def one_of(names: Any) -> str:
+    """A wildcard constraint: exactly one of `names` (regular expression)."""
+    return "|".join(re.escape(str(n)) for n in sorted(names))
 
 
 def job_env(cfg: dict[str, Any]) -> str:
