@@ -11,16 +11,17 @@
 #    the root file system through a stand-in for `apptainer exec` (chroot, the checkout
 #    bound at the same path, the image's PATH), as Apptainer would run it in the .sif;
 # 4. `python -m psrnn check` in it, against tests/expected/small.json.
-# The numbers go to WORKDIR/summary.txt (containers/README.md has a run's). ~6 minutes with a
-# warm uv cache plus the pipeline (~20 minutes on 2 busy cores).
+# The numbers go to WORKDIR/summary.txt (containers/README.md has two runs'): 7 to 9 minutes
+# on 2 busy cores (debootstrap 40 s, install.sh 2 min, the pipeline 5-6 min), 11 more for
+# SQUASHFS=1.
 #
 # Needs root, debootstrap, the Debian mirror and PyPI, and the host's .venv (for Snakemake).
 # The checkout is copied (tracked and untracked, not ignored, files; SOURCE=<commit>: that
-# commit) to WORKDIR/checkout, so results land there. The host's uv cache (`uv cache dir`, or UV_CACHE=dir) is bound in, so
-# uv.lock's wheels (5.8 GB installed) are not downloaded again (UV_CACHE=none: no cache), and
-# so is the host's CA bundle (SSL_CERT_FILE), for sites whose proxy re-signs TLS. A second run
-# reuses the root file system; `rm -rf WORKDIR` after a run (everything is unmounted on exit)
-# starts afresh.
+# commit) to WORKDIR/checkout, so results land there. The host's uv cache (`uv cache dir`, or
+# UV_CACHE=dir) is bound in, so uv.lock's wheels (2.9 GiB) are not downloaded again
+# (UV_CACHE=none: no cache), and so is the host's CA bundle (SSL_CERT_FILE), for sites whose
+# proxy re-signs TLS. A second run reuses the root file system; `rm -rf WORKDIR` after a run
+# (everything is unmounted on exit) starts afresh.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mkdir -p "${1:-/var/tmp/psrnn-rootfs}" && cd "${1:-/var/tmp/psrnn-rootfs}" && pwd)"

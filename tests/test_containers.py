@@ -2,7 +2,7 @@
 Apptainer definitions and the local root-file-system build run; the Dockerfile lints clean,
 the definitions have their sections and pinned bases, and every recipe pins the versions of
 uv.lock / pyproject.toml. The image itself is built and run by containers/test-rootfs.sh
-(root, about half an hour; containers/README.md); these checks are fast and run in CI."""
+(root, 7 to 9 minutes; containers/README.md); these checks are fast and run in CI."""
 
 import os
 import re
@@ -306,7 +306,7 @@ def test_install_script_refuses_another_uv_and_passes_torch_to_the_variant_scrip
 
 
 def test_test_rootfs_script_is_valid_bash_and_checks_the_small_numbers():
-    """containers/test-rootfs.sh needs root and half an hour (containers/README.md); here its
+    """containers/test-rootfs.sh needs root and minutes (containers/README.md); here its
     syntax, and that it runs the small config with --use-singularity and checks it."""
     res = subprocess.run(["bash", "-n", str(TEST_ROOTFS)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
