@@ -32,6 +32,9 @@ Sections (`--only`, comma separated):
             the same shapes, on this machine without a GPU (`stored`: nothing is measured;
             the output keeps FILE's device and says where and when it measured)
   snakemake wall time of `snakemake -n` on the paper config
+  fused     runs per hour of the relreg grid search, one `train` process per run against
+            one `train-group` process of a shape's runs, per model kind (`fused`; its
+            config: --config, default config/relreg-full.yaml)
 Each target of the project is reported as met / not met / not measured; a section that
 fails is recorded in the output ("errors") and the others still run.
 
@@ -42,7 +45,8 @@ On a CPU shared with other jobs use --threads 1 and read the process CPU times.
 
 Modules: `measure` (one measurement and its `Spec`), `speed` (train and options), `budget`
 (the compute budget model), `stored` (the budget from a stored result's times),
-`pipeline` (prepare and snakemake), `profile` (torch.profiler counts), `goals` (the
+`pipeline` (prepare and snakemake), `fused` (fused against lone runs), `profile`
+(torch.profiler counts), `goals` (the
 targets and whether a result meets them), `report` (merge, Markdown); this one runs the
 chosen sections and writes the result.
 """
@@ -60,6 +64,7 @@ import torch
 
 from psrnn import config as C
 from psrnn.bench.budget import bench_budget
+from psrnn.bench.fused import FULL_FUSED, FUSED_CONFIG, KINDS, QUICK_FUSED, FusedSettings, bench_fused
 from psrnn.bench.goals import targets
 from psrnn.bench.measure import QUICK_LEN, SHAPES, PeakMemory, Shape
 from psrnn.bench.pipeline import bench_prepare, bench_snakemake
@@ -143,6 +148,19 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the sections of an existing output that this run does not redo",
     )
+    p.add_argument("--kinds", help=f"fused: comma-separated relreg models of {','.join(KINDS)} (default all)")
+    p.add_argument(
+        "--fused-epochs",
+        help="fused: comma-separated epoch counts measured (default "
+        + ",".join(map(str, FULL_FUSED.epochs))
+        + ")",
+    )
+    p.add_argument(
+        "--alone-runs", type=int, help=f"fused: runs timed alone (default {FULL_FUSED.alone_runs})"
+    )
+    p.add_argument(
+        "--fused-runs", type=int, help="fused: runs of the fused process (default the whole shape)"
+    )
     p.add_argument("--note", action="append", default=[], help="a line recorded in the output (repeatable)")
 
 
@@ -191,6 +209,23 @@ def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
     return s
 
 
+def fused_settings(args: argparse.Namespace) -> FusedSettings:
+    """FULL_FUSED or QUICK_FUSED with the command line's overrides."""
+    s = QUICK_FUSED if args.quick else FULL_FUSED
+    given: dict[str, Any] = {"alone_runs": args.alone_runs, "fused_runs": args.fused_runs}
+    if args.kinds:
+        given["kinds"] = tuple(parse_list(args.kinds, tuple(KINDS), "kind"))
+    if args.fused_epochs:
+        try:
+            given["epochs"] = tuple(sorted({int(e) for e in args.fused_epochs.split(",")}))
+        except ValueError:
+            raise UserError(f"--fused-epochs {args.fused_epochs}: expected whole numbers, e.g. 1,3") from None
+    s = FusedSettings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
+    if min(s.epochs) < 1 or s.alone_runs < 1 or (s.fused_runs is not None and s.fused_runs < 1):
+        raise UserError("--fused-epochs, --alone-runs and --fused-runs must be >= 1")
+    return s
+
+
 def run(args: argparse.Namespace) -> int:
     from psrnn.training import pick_device  # one device rule for training and bench
 
@@ -206,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         sections = parse_list(args.only, SECTIONS, "section")
         shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
         s = settings_for(args, device)
+        if "fused" in sections:
+            fused_settings(args)  # a bad value stops here, before any section runs
         threads = torch.get_num_threads()
         try:
             if s.threads:
@@ -358,6 +395,12 @@ def benchmark(
         result["snakemake"] = sm
         log(f"snakemake -n {config_path}: {sm.get('seconds', 0):.1f}s ({sm['status']})")
 
+    def do_fused() -> None:
+        path = Path(args.config) if args.config else C.ROOT / FUSED_CONFIG
+        f = bench_fused(path, fused_settings(args), log)
+        f["config"] = args.config or FUSED_CONFIG
+        result["fused"] = f
+
     steps = {
         "train": do_train,
         "options": do_options,
@@ -366,6 +409,7 @@ def benchmark(
         "prepare": do_prepare,
         "budget": do_budget,
         "snakemake": do_snakemake,
+        "fused": do_fused,
     }
     result["errors"] = {}
     for name in sections:

@@ -20,6 +20,7 @@ TARGETS = {
     "snakemake_s": 10.0,
     "peak_gib": 16.0,  # every experiment's largest batch, training and evaluation
     "paper_gpu_hours": 48.0,  # config/paper.yaml, with jobs sharing a GPU as measured
+    "fused_speedup": 8.0,  # relreg runs per CPU-hour, train-group / one process per run, every kind
 }
 # packing: the bench measures hidden-128 jobs; bigger models are counted unpacked, and a
 # dataset without its own packing row takes the one of the same kind of input
@@ -119,6 +120,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     out.append(memory_target(result))
     out.append(budget_target(result))
+    out.append(fused_target(result))
 
     snake = result.get("snakemake") or {}
     s = snake.get("seconds") if snake.get("status") == "ok" and snake.get("paper") else None
@@ -253,4 +255,31 @@ def memory_target(result: dict[str, Any]) -> dict[str, Any]:
         None if value is None else value <= TARGETS["peak_gib"] and not failed,
         "GiB",
         note,
+    )
+
+
+def fused_target(result: dict[str, Any]) -> dict[str, Any]:
+    """Fused runs per CPU-hour over one process per run, the worst of the relreg kinds
+    (all four measured: psrnn.bench.fused.KINDS)."""
+    name = "relreg runs per CPU-hour, fused / one process per run, every model kind"
+    rows = [r for r in (result.get("fused") or {}).get("kinds", []) if r.get("status") == "ok"]
+    kinds = {r["kind"] for r in rows}
+    why = (
+        "--quick settings"
+        if result["quick"]
+        else "fused section not run"
+        if not result.get("fused")
+        else ""
+        if kinds >= {"lstm", "proto", "rmc", "transformer"}
+        else f"measured only {', '.join(sorted(kinds)) or 'none'}"
+    )
+    if why:
+        return _target(name, f">= {TARGETS['fused_speedup']:.0f}x", None, None, "x", why)
+    worst = min(rows, key=lambda r: r["ratio"]["cpu_s"])
+    value = worst["ratio"]["cpu_s"]
+    note = "; ".join(
+        f"{r['kind']} {r['ratio']['cpu_s']:.1f}x (wall {r['ratio']['wall_s']:.1f}x)" for r in rows
+    )
+    return _target(
+        name, f">= {TARGETS['fused_speedup']:.0f}x", value, value >= TARGETS["fused_speedup"], "x", note
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from psrnn.bench.fused import fused_markdown
 from psrnn.bench.goals import (  # noqa: F401 (re-exports: the targets live in psrnn.bench.goals)
     PACKED_HIDDEN,
     TARGETS,
@@ -24,7 +25,7 @@ from psrnn.bench.speed import VARIANT_LABELS
 from psrnn.bench.stored import when
 from psrnn.errors import UserError
 
-SECTIONS = ("train", "options", "packing", "profile", "prepare", "budget", "snakemake")
+SECTIONS = ("train", "options", "packing", "profile", "prepare", "budget", "snakemake", "fused")
 SCHEMA = "psrnn-bench/1"
 # what each section adds to the result; train's settings and memory method go with its table
 SECTION_KEYS = {
@@ -35,6 +36,7 @@ SECTION_KEYS = {
     "prepare": ("prepare",),
     "budget": ("budget",),
     "snakemake": ("snakemake",),
+    "fused": ("fused",),
 }
 
 
@@ -402,6 +404,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"`{s['command']}`: "
             + (f"{s['seconds']:.1f} s, {s['jobs']} jobs" if s["status"] == "ok" else s["status"]),
         ]
+    if result.get("fused"):
+        out += fused_markdown(result["fused"], table)
     return "\n".join(out) + "\n"
 
 
