@@ -217,8 +217,8 @@ def report_item(path: str, captions: dict[str, str]) -> tuple[str, dict[str, str
     naming the file and what it shows (`captions`, by stem); None for the other formats."""
     p = Path(path)
     category = REPORT_CATEGORIES.get(p.suffix)
-    if category is None or (p.suffix == ".md" and p.stem != "REPORT"):
-        return None
+    if category is None or (p.suffix == ".md" and p.stem != "REPORT") or p.parent.name == "curves":
+        return None  # another format of a shown file, or curve data for DVC (the figures show it)
     if p.stem not in captions:  # a new output without its caption (tests/test_workflow.py)
         raise ValueError(f"{p.name}: no caption in the study's report_captions")
     return category, {"file": p.name, "shows": captions[p.stem]}

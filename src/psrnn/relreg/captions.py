@@ -34,5 +34,9 @@ REPORT_CAPTIONS = {
 
 
 def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
-    """Output stem -> caption of every file `compile` writes (the same for every config)."""
-    return dict(REPORT_CAPTIONS)
+    """Output stem -> caption of every file `compile` writes."""
+    from psrnn import config as C
+    from psrnn.results.curves import captions
+
+    data = captions(C.enabled_experiments(cfg), "validation sequence accuracy and train/validation loss")
+    return {**REPORT_CAPTIONS, **data}

@@ -50,7 +50,7 @@ from psrnn.relreg.collect import (  # noqa: F401 (re-exports: the gathered runs 
     with_ci,
 )
 from psrnn.relreg.report import report_markdown
-from psrnn.results import TABLE_FORMATS, fmt
+from psrnn.results import TABLE_FORMATS, curves, fmt
 from psrnn.results.collect import Suite, load_reference
 from psrnn.results.report import hours
 from psrnn.results.stats import WIDE_PP, summarize
@@ -67,6 +67,7 @@ def output_paths(cfg: dict[str, Any]) -> list[Path]:
     return (
         [root / "tables" / f"{name}.{ext}" for name in (TABLE, ABLATION_TABLE) for ext in TABLE_FORMATS]
         + [root / "figures" / f"{stem}.{ext}" for stem in FIGURE_TITLES for ext in FIGURE_FORMATS]
+        + curves.output_paths(root, C.enabled_experiments(cfg))
         + [root / "REPORT.md", root / "metrics.json"]
     )
 
@@ -217,6 +218,8 @@ def compile(
             write_text(path, render(table, s))
             written.append(path)
     written += figures.write_figures(s, results_dir / "figures")
+    written += curves.write_curves(s.runs, ("valid_seq_acc", "train_loss", "valid_loss"), results_dir)
+    written.append(curves.write_scores(s.runs, results_dir))
     write_json(results_dir / "metrics.json", summary_metrics(s))
     written.append(results_dir / "metrics.json")
     listed = [str(p.relative_to(results_dir)) for p in written] + ["REPORT.md"]

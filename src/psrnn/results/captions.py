@@ -12,6 +12,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn.results import FIGURE_TITLES
+from psrnn.results.curves import captions as curve_captions
 
 REPORT_CAPTIONS = {
     "table1": "Table 1 of the paper (dataset statistics): mean sequence length and split sizes, the "
@@ -40,4 +41,5 @@ def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
             f"Learning curves of {exp} ({spec['dataset']}{row}): validation accuracy, train and "
             "validation main and auxiliary loss per epoch, every seed, its best epoch dotted"
         )
-    return {**REPORT_CAPTIONS, **curves}
+    data = curve_captions(C.enabled_experiments(cfg), "validation accuracy and train/validation main loss")
+    return {**REPORT_CAPTIONS, **curves, **data}

@@ -11,7 +11,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import studies
-from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES
+from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES, curves
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -41,6 +41,8 @@ def compile_all(s, results_dir: Path) -> list[Path]:
     write_text(results_dir / "tables" / "psrnn-config.tex", config_macros(s.cfg, summary))
     written.append(results_dir / "tables" / "psrnn-config.tex")
     written += write_figures(s, results_dir / "figures")
+    written += curves.write_curves(s.runs, ("valid_acc", "train_main_loss", "valid_main_loss"), results_dir)
+    written.append(curves.write_scores(s.runs, results_dir))
     write_json(results_dir / "metrics.json", report.summary_metrics(s))
     written.append(results_dir / "metrics.json")
     listed = [str(p.relative_to(results_dir)) for p in written] + ["REPORT.md"]
@@ -61,6 +63,7 @@ def output_paths(cfg: dict[str, Any]) -> list[Path]:
         [root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
         + [root / "tables" / "psrnn-config.tex"]
         + [root / "figures" / f"{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
+        + curves.output_paths(root, C.enabled_experiments(cfg))
         + [root / "REPORT.md", root / "metrics.json"]
     )
 
