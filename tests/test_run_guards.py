@@ -183,3 +183,17 @@ def test_compile_refuses_an_empty_search_record(relreg_results, capsys):
     path.write_text("{}")
     assert main(["compile", "--config", str(C.ROOT / "config" / "relreg.yaml")]) == 2
     assert "not a finished run's record" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from psrnn import files
+
+    def full(target, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(files, "write_bytes", full)
+    assert main(["fixtures", str(tmp_path / "fx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left on the device writing" in err[0], err
