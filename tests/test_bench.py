@@ -179,6 +179,7 @@ def test_targets_met_not_met_and_not_measured():
         "snakemake -n of the paper config": "met",
         "peak GPU memory of every experiment (longest text batch under max_tokens)": "not measured",
         "GPU hours of config/paper.yaml": "not measured",
+        "relreg runs per CPU-hour": "not measured",
     }
     cpu = {x["target"]: x["status"] for x in report.targets(_result("cpu", 1.6, 4.0))}
     assert list(cpu.values())[:3] == ["not met", "not measured", "not met"]
@@ -597,7 +598,7 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     options = {(o["option"], str(o["value"]), o["variant"]): o["status"] for o in r["options"]}
     assert options[("amp", "bf16", "ps50")] == "ok"  # CPU autocast: the GPU's code path runs here
     assert options[("batch", "8", "ps50")] == "ok"
-    assert len(r["targets"]) == 8 and all(t["status"] == "not measured" for t in r["targets"])
+    assert len(r["targets"]) == 9 and all(t["status"] == "not measured" for t in r["targets"])
     # profile: counted per step on the CPU (no device kernels); the aux models run more ops
     prof = {p["variant"]: p for p in r["profile"]}
     assert list(prof) == ["gru", "full", "ps50"] and all(p["status"] == "ok" for p in prof.values())

@@ -151,9 +151,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", help=f"fused: comma-separated relreg models of {','.join(KINDS)} (default all)")
     p.add_argument(
         "--fused-epochs",
-        help="fused: comma-separated epoch counts measured (default "
-        + ",".join(map(str, FULL_FUSED.epochs))
-        + ")",
+        help="fused: comma-separated epoch counts measured, e.g. 1,6 (default: the config's epochs)",
     )
     p.add_argument(
         "--alone-runs", type=int, help=f"fused: runs timed alone (default {FULL_FUSED.alone_runs})"
@@ -221,7 +219,7 @@ def fused_settings(args: argparse.Namespace) -> FusedSettings:
         except ValueError:
             raise UserError(f"--fused-epochs {args.fused_epochs}: expected whole numbers, e.g. 1,3") from None
     s = FusedSettings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
-    if min(s.epochs) < 1 or s.alone_runs < 1 or (s.fused_runs is not None and s.fused_runs < 1):
+    if any(e < 1 for e in s.epochs) or s.alone_runs < 1 or (s.fused_runs is not None and s.fused_runs < 1):
         raise UserError("--fused-epochs, --alone-runs and --fused-runs must be >= 1")
     return s
 

@@ -1,6 +1,6 @@
 """The fused section: grid-search runs per hour, one process per run against fused runs.
 
-    python -m psrnn bench --only fused --name cpu-amd-epyc-fused   # ~10 min on 2 busy cores
+    python -m psrnn bench --only fused --name cpu-amd-epyc-fused   # ~15 min on 2 busy cores
     python -m psrnn bench --only fused --quick                     # one tiny kind, ~20 s
 
 For each model kind of the relation-level regularization study (`study: relreg`), at one
@@ -16,11 +16,11 @@ CPU with one thread and the suite's job_env, as the Snakefile starts its jobs:
           psrnn.relreg.config.FUSED_MODELS, one run after another for the others.
 
 Each is timed by the wall clock and by the process's CPU time (its rusage: user + system),
-at each epoch count of `epochs` (fewer than the config's, to fit a few minutes). A run's
-time is a fixed part (start-up, data, the final test) plus a part per epoch, so with two
-epoch counts both are fitted, per run, and the time of a run at the config's epochs is
-extrapolated from them: runs per hour (3,600 s over one run's seconds) alone and fused
-compare runs of the same work. With one epoch count the numbers are at that count.
+by default at the config's epochs (30): the runs do the work of the grid search's runs,
+and runs per hour (3,600 s over one run's seconds) alone and fused compare the same work.
+With --fused-epochs, at fewer: a run's time is a fixed part (start-up, data, the final
+test) plus a part per epoch, so with two epoch counts both are fitted, per run, and a
+run's time at the config's epochs is extrapolated from them (one count: reported there).
 Runs per hour are per core: Snakemake runs as many such processes side by side as --cores.
 """
 
@@ -53,7 +53,7 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
 @dataclass(frozen=True)
 class FusedSettings:
     kinds: tuple[str, ...] = tuple(KINDS)
-    epochs: tuple[int, ...] = (1, 3)  # epoch counts measured (two: fixed + per-epoch fit)
+    epochs: tuple[int, ...] = ()  # epoch counts measured (none: the config's; two: fixed + per-epoch fit)
     alone_runs: int = 2  # runs timed one process each; their mean is one run's time
     fused_runs: int | None = None  # members of the fused process (None: every point of the shape)
     overrides: dict[str, Any] = field(default_factory=dict)  # run settings of every measured run
@@ -105,7 +105,12 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> dic
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # interrupted: no run left behind
+            proc.kill()
+            proc.wait()
+            raise
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -140,7 +145,9 @@ def measure_kind(
     name, seed = f"bench_{kind}", raw["seeds"][0]
     measured: list[dict[str, Any]] = []
     load = [load_average()]
-    for epochs in s.epochs:
+    config_epochs = int(raw.get("defaults", {}).get("epochs", 30))
+    counts = s.epochs or (config_epochs,)
+    for epochs in counts:
         suite = bench_suite(raw, kind, members, epochs, s.overrides)
         here = scratch / f"{kind}-{epochs}"
         (here / "alone").mkdir(parents=True)
@@ -172,7 +179,7 @@ def measure_kind(
             f"wall {fused['cpu_s']:.1f}s CPU ({row['fused']['wall_s']:.2f}s per run)"
         )
         load.append(load_average())
-    at = int(raw.get("defaults", {}).get("epochs", s.epochs[-1])) if len(s.epochs) > 1 else s.epochs[0]
+    at = config_epochs if len(counts) > 1 else counts[0]
     per_run = {
         mode: {k: at_epochs(measured, mode, k, at) for k in ("wall_s", "cpu_s")}
         for mode in ("alone", "fused")
@@ -188,7 +195,7 @@ def measure_kind(
         "alone_runs": s.alone_runs,
         "measured": measured,
         "at_epochs": at,
-        "extrapolated": len(s.epochs) > 1,
+        "extrapolated": len(counts) > 1,
         "per_run_s": per_run,
         "runs_per_hour": per_hour,
         "ratio": {k: per_hour["fused"][k] / per_hour["alone"][k] for k in ("wall_s", "cpu_s")},
@@ -221,7 +228,7 @@ def bench_fused(config_path: Path, s: FusedSettings, log: Callable[[str], None])
                 log(f"fused {kind}: {rows[-1]['status']}")
     return {
         "config": str(config_path),
-        "epochs": list(s.epochs),
+        "epochs": list(s.epochs) or "the config's",
         "alone_runs": s.alone_runs,
         "fused_runs": s.fused_runs,
         "overrides": s.overrides,
@@ -240,7 +247,7 @@ def fused_markdown(section: dict[str, Any], table: Callable[[list[str], list[lis
     rows = []
     for r in ok:
         hour, ratio = r["runs_per_hour"], r["ratio"]
-        first, last = r["measured"][0], r["measured"][-1]
+        ends = (r["measured"][0], r["measured"][-1]) if len(r["measured"]) > 1 else r["measured"]
         rows.append(
             [
                 r["kind"] + ("" if r["batched"] else " (one by one)"),
@@ -249,8 +256,8 @@ def fused_markdown(section: dict[str, Any], table: Callable[[list[str], list[lis
                 f"{hour['alone']['wall_s']:,.0f} / {hour['alone']['cpu_s']:,.0f}",
                 f"{hour['fused']['wall_s']:,.0f} / {hour['fused']['cpu_s']:,.0f}",
                 f"**{ratio['wall_s']:.1f}x** / **{ratio['cpu_s']:.1f}x**",
-                " → ".join(f"{m['alone']['wall_s']:.1f}" for m in (first, last)),
-                " → ".join(f"{m['fused']['wall_s']:.2f}" for m in (first, last)),
+                " → ".join(f"{m['alone']['wall_s']:.1f}" for m in ends),
+                " → ".join(f"{m['fused']['wall_s']:.2f}" for m in ends),
                 " → ".join(str(x) for x in (r["load_average"][0], r["load_average"][-1])),
             ]
         )
@@ -262,7 +269,7 @@ def fused_markdown(section: dict[str, Any], table: Callable[[list[str], list[lis
         f"suite's job_env: one `python -m psrnn train` process per run (the mean of "
         f"{section['alone_runs']}) against the shape's runs in one `python -m psrnn train-group` process "
         f"(batched, or one by one for kinds the fused engine does not batch). Measured at "
-        f"{', '.join(map(str, section['epochs']))} epochs"
+        f"{', '.join(map(str, section['epochs'])) if isinstance(section['epochs'], list) else at} epochs"
         + (
             "; each run's time fitted as a fixed part plus a part per epoch and extrapolated to the "
             "config's epochs, so both columns are runs of the same work"
@@ -285,8 +292,8 @@ def fused_markdown(section: dict[str, Any], table: Callable[[list[str], list[lis
                 "alone runs/h (wall / CPU)",
                 "fused runs/h (wall / CPU)",
                 "fused / alone",
-                "alone s per run (measured epochs)",
-                "fused s per run",
+                "alone s per run (wall, as measured)",
+                "fused s per run (wall)",
                 "load average (start → end)",
             ],
             rows,

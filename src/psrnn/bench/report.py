@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psrnn.bench.fused import fused_markdown
+from psrnn.bench.fused import KINDS, fused_markdown
 from psrnn.bench.goals import (  # noqa: F401 (re-exports: the targets live in psrnn.bench.goals)
     PACKED_HIDDEN,
     TARGETS,
@@ -55,6 +55,10 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         for key in SECTION_KEYS[sec]:
             if key in old:
                 out[key] = old[key]
+    if old.get("fused") and new.get("fused"):  # fused: a kind measured again replaces its row only
+        again = {r["kind"] for r in new["fused"]["kinds"]}
+        rows = [r for r in old["fused"]["kinds"] if r["kind"] not in again] + new["fused"]["kinds"]
+        out["fused"] = {**new["fused"], "kinds": sorted(rows, key=lambda r: list(KINDS).index(r["kind"]))}
     out["sections"] = [sec for sec in SECTIONS if sec in new["sections"] or sec in kept]
     out["command"] = "; ".join(dict.fromkeys([*old.get("command", "").split("; "), new["command"]]))
     out["notes"] = list(dict.fromkeys([*old.get("notes", []), *new["notes"]]))
