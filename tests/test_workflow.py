@@ -346,7 +346,8 @@ def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):
     assert str(err.value) == (
         "--use-singularity: image containers/psrnn.sif not found; build it "
         "first: apptainer build containers/psrnn.sif containers/psrnn.def "
-        "(needs Apptainer >= 1.2; containers/README.md)"
+        "(or, without a container registry, sudo apptainer build containers/psrnn.sif "
+        "containers/psrnn-debian.def) (needs Apptainer >= 1.2; containers/README.md)"
     )
     (tmp_path / "containers").mkdir()
     (tmp_path / "containers" / "psrnn.sif").write_bytes(b"sif")

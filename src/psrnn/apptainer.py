@@ -21,7 +21,9 @@ def container(cfg: dict[str, Any]) -> str | None:
 
 
 IMAGE_BUILD = {  # how to build the images the configs name (containers/README.md)
-    "containers/psrnn.sif": "apptainer build containers/psrnn.sif containers/psrnn.def",
+    "containers/psrnn.sif": "apptainer build containers/psrnn.sif containers/psrnn.def "
+    "(or, without a container registry, sudo apptainer build containers/psrnn.sif "
+    "containers/psrnn-debian.def)",
     "containers/psrnn-cpu.sif": "apptainer build --build-arg TORCH=cpu "
     "containers/psrnn-cpu.sif containers/psrnn.def",
 }
