@@ -520,3 +520,15 @@ def test_jobs_run_the_python_that_runs_snakemake_outside_a_container(tmp_path):
     assert (tmp_path / target).is_file()
     prefix = W.shell_prefix("config/small.yaml", ROOT, C.load_suite(ROOT / "config" / "small.yaml"))
     assert "export PATH" not in prefix  # in a container: the image's python
+
+
+def test_the_reports_caption_carries_its_verdict_counts(tmp_path, monkeypatch):
+    report = tmp_path / "REPORT.md"
+    assert W.verdicts(report) is None  # not compiled yet
+    report.write_text("# R\n\n- **reproduced** (5 of 30): a\n- **inconclusive** (14 of 30): b\ntext\n")
+    assert W.verdicts(report) == "reproduced 5 of 30; inconclusive 14 of 30"
+    monkeypatch.chdir(ROOT)  # Snakemake's working directory: the committed second-study results
+    committed = W.verdicts(Path("results/relreg/REPORT.md"))
+    assert committed and committed.startswith("reproduced ")
+    captions = W.report_captions(C.load_suite(ROOT / "config" / "relreg.yaml"))
+    assert captions["REPORT"].endswith(f"its verdicts: {committed}")

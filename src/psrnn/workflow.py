@@ -209,7 +209,20 @@ def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
     `captions` module beside the study's results module (psrnn.studies), e.g.
     psrnn.results.captions, psrnn.relreg.captions."""
     package = studies.study_of(cfg).results.rpartition(".")[0]
-    return studies.load(f"{package}.captions:report_captions")(cfg)
+    captions = dict(studies.load(f"{package}.captions:report_captions")(cfg))
+    found = verdicts(C.results_root(cfg) / "REPORT.md")
+    if found and "REPORT" in captions:
+        captions["REPORT"] += f"; its verdicts: {found}"
+    return captions
+
+
+def verdicts(report: Path) -> str | None:
+    """The verdict counts of a compiled REPORT.md ("reproduced 5 of 30; ..."), for the
+    report's caption; None before it is compiled or when it gives none (a small config)."""
+    if not report.is_file():
+        return None
+    found = re.findall(r"^- \*\*([^*]+)\*\* \((\d+ of \d+)\)", report.read_text(), flags=re.M)
+    return "; ".join(f"{what} {count}" for what, count in found) or None
 
 
 def report_item(path: str, captions: dict[str, str]) -> tuple[str, dict[str, str]] | None:
