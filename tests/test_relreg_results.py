@@ -561,3 +561,29 @@ def test_a_config_without_ablations_writes_an_empty_ablation_table(compiled):
     _, out, _ = compiled
     assert (out / "tables" / "ablations.csv").read_text().splitlines()[1:] == []
     assert "- No ablation in this config." in (out / "tables" / "ablations.md").read_text()
+
+
+def test_the_sweep_figures_keep_legends_off_the_curves_and_style_a_second_setting(monkeypatch):
+    """Figures 4.1/4.2 on the committed runs: every panel's legend lies below its axes, the
+    learning rate is told apart by line style beside the regulariser's colour; Figure 4.4's
+    stacked histograms run from epoch 0 at the bottom, as its map does."""
+    from psrnn.relreg import figures as F
+
+    monkeypatch.chdir(C.ROOT)
+    cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
+    s = R.gather(cfg, REF, C.results_root(cfg))
+    fig = F.sweeps(s, "fig42_regularizers", 2, 2)
+    fig.canvas.draw()
+    axes = [ax for ax in fig.axes if ax.get_legend() is not None]
+    assert len(axes) == 4
+    for ax in axes:
+        legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert legend.y1 <= box.y0, ax.get_title()  # below the panel, covering no curve
+    proto_l2 = next(ax for ax in axes if "proto_l2:" in ax.get_title())
+    labels = [t.get_text() for t in proto_l2.get_legend().get_texts()]
+    assert "lr = 0.01" in labels and "lr = 0.05" in labels and "l2 = 0.001" in labels
+    assert {line.get_linestyle() for line in proto_l2.get_lines()} >= {"-", "--"}
+    ridge = next(ax for ax in F.fig44_loading_epochs(s).axes if ax.get_title().startswith("histograms"))
+    ticks = [t.get_text() for t in ridge.get_yticklabels()]
+    epochs = [int(t.split()[1]) for t in ticks]
+    assert epochs == sorted(epochs) and epochs[0] == 0  # bottom to top

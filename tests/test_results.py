@@ -806,3 +806,15 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
     )
     line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru accuracy"))
     assert line.endswith("| 1 seed (no CI) |")
+
+
+def test_figure_1_has_one_legend_below_its_panels(tmp_path):
+    from psrnn.results.figures import GRAD_LINES, fig1_gradient_norms
+
+    s = load(tmp_path, make_suite(tmp_path, keep=("mnist_ps",)))
+    fig = fig1_gradient_norms(s)
+    fig.canvas.draw()
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == [label for *_, label in GRAD_LINES]
+    assert fig.legends[0].get_window_extent().y1 <= min(ax.get_window_extent().y0 for ax in fig.axes)
