@@ -7,8 +7,9 @@ R runs whose settings differ only in FUSED_PER_RUN (psrnn.relreg.config: seed, l
 rate, the lambdas, the noise scale, the clip) share their data and their step structure,
 so one process can step them together: every parameter becomes one tensor with a leading
 run dimension (R, ...), named as in the run's own model (its state_dict keys), and the
-LSTM and proto-LSTM equations are written once over it with batched matmuls
-(psrnn.relreg.lstm and proto hold the same equations for one run).
+LSTM, proto-LSTM and Transformer equations are written once over it with batched matmuls
+(psrnn.relreg.lstm, proto and transformer hold the same equations for one run: the
+Transformer's are torch.nn.TransformerEncoderLayer's, post-norm, ReLU, no dropout).
 What stays per run is exactly what a run alone owns:
 
 - its initial weights (each run's model is built alone, under its seed, then stacked);
@@ -36,6 +37,7 @@ from torch import nn
 from psrnn.relreg import training as T
 from psrnn.relreg.base import VOCAB
 from psrnn.relreg.data import CounterSplit
+from psrnn.relreg.transformer import positions
 
 CELL_NAMES = ("cell.weight_ih", "cell.weight_hh", "cell.bias")  # eq. 3.7's cell parameters
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults (training.make_optimizer)
@@ -45,6 +47,18 @@ EVAL_ELEMENTS = 1 << 22  # largest (runs x sequences x gate units) one evaluatio
 def _col(values: list[float], like: torch.Tensor, dims: int) -> torch.Tensor:
     """(R, 1, ..., 1): one value per run, broadcasting over `dims` trailing dimensions."""
     return torch.tensor(values, dtype=like.dtype).view(-1, *([1] * dims))
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Each run's nn.Linear: x (R, B, T, I), w (R, O, I), b (R, O) -> (R, B, T, O)."""
+    R, B, T, I = x.shape
+    return torch.baddbmm(b.unsqueeze(1), x.reshape(R, B * T, I), w.transpose(1, 2)).view(R, B, T, -1)
+
+
+def _norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Each run's nn.LayerNorm (eps 1e-5, the encoder layer's): x (R, B, T, d), w and b (R, d)."""
+    R, d = w.shape
+    return torch.addcmul(b.view(R, 1, 1, d), F.layer_norm(x, (d,), eps=1e-5), w.view(R, 1, 1, d))
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
@@ -95,6 +109,8 @@ class Batched:
         per step, the cell noise (R, ...) of eq. 3.5 (training with noise only)."""
         if self.kind == "lstm":
             return self._lstm(x), None
+        if self.kind == "transformer":
+            return self._transformer(x), None
         return self._proto(x, draws)
 
     def _head(self, hs: torch.Tensor) -> torch.Tensor:
@@ -163,6 +179,30 @@ class Batched:
             hs.append(h)
             ps.append(p)
         return self._head(torch.stack(hs, dim=2)), torch.stack(ps, dim=2)
+
+    def _transformer(self, x: torch.Tensor) -> torch.Tensor:
+        """psrnn.relreg.transformer per run: embedding * sqrt(d) + positions, then each
+        layer x = LN(x + SelfAttention(x)), x = LN(x + W2 relu(W1 x)); causal or not."""
+        P, run0 = self.params, self.runs[0]
+        R, B, T = x.shape
+        emb = P["embed.weight"]  # (R, VOCAB, d)
+        d, heads = emb.shape[2], run0.heads
+        h = emb[torch.arange(R).view(R, 1, 1), x] * math.sqrt(d) + positions(T, d, emb)  # (R, B, T, d)
+        for layer in range(run0.layers):
+            pre = f"encoder.layers.{layer}."
+            W = {n.removeprefix(pre): p for n, p in P.items() if n.startswith(pre)}  # this layer's
+            qkv = _linear(h, W["self_attn.in_proj_weight"], W["self_attn.in_proj_bias"])  # (R, B, T, 3d)
+            q, k, v = (z.reshape(R * B, T, heads, d // heads).transpose(1, 2) for z in qkv.chunk(3, dim=-1))
+            # (R B, heads, T, d / heads) each; attention as nn.MultiheadAttention runs it in the layer
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=run0.causal).transpose(1, 2)
+            att = _linear(
+                att.reshape(R, B, T, d), W["self_attn.out_proj.weight"], W["self_attn.out_proj.bias"]
+            )
+            h = _norm(h + att, W["norm1.weight"], W["norm1.bias"])
+            ff = torch.relu(_linear(h, W["linear1.weight"], W["linear1.bias"]))  # (R, B, T, hidden)
+            ff = _linear(ff, W["linear2.weight"], W["linear2.bias"])  # (R, B, T, d)
+            h = _norm(h + ff, W["norm2.weight"], W["norm2.bias"])
+        return self._head(h)
 
     def noise_draws(self, gens: list[torch.Generator], steps: int) -> list[tuple[torch.Tensor, ...]] | None:
         """Each noisy run's cell noise for one forward of `steps` steps, drawn from its own
@@ -251,8 +291,7 @@ class Batched:
     def evaluate(self, splits: list[CounterSplit]) -> list[dict[str, Any]]:
         """training.evaluate for every run (the same numbers, per run, in the same form)."""
         R = len(self)
-        cells = self.params["cell.bias"].shape[1] if self.kind == "proto" else 1
-        width = cells * 4 * self.params["head.weight"].shape[2]  # gate units per sequence and step
+        width = self._width()
         batch = max(1, min(1024, EVAL_ELEMENTS // (R * width)))
         loss_sum = torch.zeros(R, dtype=torch.float64)
         seq_right, bit_right = torch.zeros(R), torch.zeros(R)
@@ -293,6 +332,15 @@ class Batched:
             }
             for r in range(R)
         ]
+
+    def _width(self) -> int:
+        """Activations per sequence and step of one run (gate units; the Transformer's
+        projections and feed-forward units per layer): sizes the evaluation batches."""
+        d = self.params["head.weight"].shape[2]
+        if self.kind == "transformer":
+            return self.runs[0].layers * (4 * d + self.runs[0].hidden)
+        cells = self.params["cell.bias"].shape[1] if self.kind == "proto" else 1
+        return cells * 4 * d
 
     # --- to and from the runs' own models ------------------------------------------------
 
