@@ -37,9 +37,11 @@ def rows(path: Path) -> list[dict[str, float]]:
 def grid(kind: str) -> list[RelRegConfig]:
     """Grid points of one shape with every per-run setting varied (two seeds, both rates,
     the lambdas, the noise regularizer with its own random stream, clip on and off)."""
-    if kind in ("lstm", "transformer"):
+    if kind in ("lstm", "rmc", "transformer"):
         if kind == "lstm":
             base = RelRegConfig(model="lstm", hidden=6, **TINY)
+        elif kind == "rmc":  # 2 memory slots, 2 heads of 3
+            base = RelRegConfig(model="rmc", hidden=6, key_size=3, heads=2, slots=2, **TINY)
         else:  # two layers, the causal mask, 2 heads of 4: every part of the encoder
             base = RelRegConfig(
                 model="transformer", hidden=16, key_size=4, heads=2, layers=2, causal=True, **TINY
@@ -77,7 +79,7 @@ def assert_same_numbers(alone: dict, fused: dict, alone_dir: Path, fused_dir: Pa
         assert rf == pytest.approx(ra, rel=LOSS_RTOL, abs=1e-9)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "proto", "transformer"])
+@pytest.mark.parametrize("kind", ["lstm", "proto", "rmc", "transformer"])
 def test_a_fused_run_gives_the_numbers_of_the_same_run_alone(tmp_path, kind):
     runs = grid(kind)
     alone = [fit(r, tmp_path / f"alone{i}", log=quiet) for i, r in enumerate(runs)]
@@ -146,8 +148,12 @@ def test_groups_are_shapes_cut_to_size():
         for h in (6, 8, 10)
     }
     assert list(groups.search_groups(cfg, "proto_both")) == ["all"]  # one shape: hidden 8, 4 cells
-    rmc = groups.search_groups(cfg, "rmc_l2")  # not batched: one by one, ALONE_MAX a job
-    assert list(rmc) == ["alone", "alone.2", "alone.3"] and [len(v) for v in rmc.values()] == [12, 12, 6]
+    rmc = groups.search_groups(cfg, "rmc_l2")  # a shape: hidden = key size x heads (tied)
+    assert {k: len(v) for k, v in rmc.items()} == {
+        "heads-1_hidden-8_key_size-8": 10,
+        "heads-2_hidden-8_key_size-4": 10,
+        "heads-2_hidden-10_key_size-5": 10,
+    }
     transformer = groups.search_groups(cfg, "transformer_l2")  # a shape: size, heads, layers
     assert {k: len(v) for k, v in transformer.items()} == {
         f"heads-{h}_hidden-{f}_key_size-8_layers-{n}": 6 for h, f in ((2, 64), (3, 96)) for n in (1, 2)
@@ -169,6 +175,24 @@ def test_the_batched_model_is_the_models_equations():
         out = m.eval()(x[r])
         torch.testing.assert_close(logits[r], out.logits, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(loading[r], out.loading, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_the_batched_rmc_is_the_relational_memorys_equations(slots):
+    """One forward of two stacked RMCs = each one's own (attention, MLP, gates per step)."""
+    from psrnn.relreg.fused import Batched
+    from psrnn.relreg.models import build_model
+
+    torch.manual_seed(0)
+    runs = [dataclasses.replace(r, slots=slots) for r in grid("rmc")[:2]]
+    shape = dict(hidden=6, cells=1, key_size=3, heads=2, layers=1, noise=0.0, slots=slots)
+    models = [build_model("rmc", **shape) for _ in runs]
+    opts = [torch.optim.Adam(m.parameters()) for m in models]
+    x = torch.randint(0, 3, (2, 5, 7))
+    logits, loading = Batched(runs, models, opts).forward(x)
+    assert loading is None
+    for r, m in enumerate(models):
+        torch.testing.assert_close(logits[r], m.train()(x[r]).logits, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "unmasked"])

@@ -76,7 +76,7 @@ def with_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
 # Fused training (psrnn.fused, psrnn.relreg.fused): runs whose settings differ only in
 # these train as one batched model; the model kinds it batches (the others train alone)
 FUSED_PER_RUN = ("seed", "lr", "l2", "l2_cell", "l2_noncell", "noise", "clip")
-FUSED_MODELS = ("lstm", "proto", "transformer")
+FUSED_MODELS = ("lstm", "proto", "rmc", "transformer")
 
 
 def group_key(cfg: RelRegConfig) -> tuple | None:

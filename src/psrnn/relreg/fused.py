@@ -7,9 +7,10 @@ R runs whose settings differ only in FUSED_PER_RUN (psrnn.relreg.config: seed, l
 rate, the lambdas, the noise scale, the clip) share their data and their step structure,
 so one process can step them together: every parameter becomes one tensor with a leading
 run dimension (R, ...), named as in the run's own model (its state_dict keys), and the
-LSTM, proto-LSTM and Transformer equations are written once over it with batched matmuls
-(psrnn.relreg.lstm, proto and transformer hold the same equations for one run: the
-Transformer's are torch.nn.TransformerEncoderLayer's, post-norm, ReLU, no dropout).
+equations of the four models are written once over it with batched matmuls
+(psrnn.relreg.lstm, proto, rmc and transformer hold the same equations for one run: the
+Transformer's are torch.nn.TransformerEncoderLayer's, post-norm, ReLU, no dropout; the
+RMC's attention is torch.nn.MultiheadAttention's, queries from the memory rows).
 What stays per run is exactly what a run alone owns:
 
 - its initial weights (each run's model is built alone, under its seed, then stacked);
@@ -49,16 +50,19 @@ def _col(values: list[float], like: torch.Tensor, dims: int) -> torch.Tensor:
     return torch.tensor(values, dtype=like.dtype).view(-1, *([1] * dims))
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Each run's nn.Linear: x (R, B, T, I), w (R, O, I), b (R, O) -> (R, B, T, O)."""
-    R, B, T, I = x.shape
-    return torch.baddbmm(b.unsqueeze(1), x.reshape(R, B * T, I), w.transpose(1, 2)).view(R, B, T, -1)
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """Each run's nn.Linear: x (R, ..., I), w (R, O, I), b (R, O) or None -> (R, ..., O)."""
+    R, I = x.shape[0], x.shape[-1]
+    flat, wt = x.reshape(R, -1, I), w.transpose(1, 2)
+    y = torch.bmm(flat, wt) if b is None else torch.baddbmm(b.unsqueeze(1), flat, wt)
+    return y.view(*x.shape[:-1], -1)
 
 
 def _norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Each run's nn.LayerNorm (eps 1e-5, the encoder layer's): x (R, B, T, d), w and b (R, d)."""
+    """Each run's nn.LayerNorm (eps 1e-5): x (R, ..., d), w and b (R, d)."""
     R, d = w.shape
-    return torch.addcmul(b.view(R, 1, 1, d), F.layer_norm(x, (d,), eps=1e-5), w.view(R, 1, 1, d))
+    shape = (R, *[1] * (x.dim() - 2), d)
+    return torch.addcmul(b.view(shape), F.layer_norm(x, (d,), eps=1e-5), w.view(shape))
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
@@ -111,6 +115,8 @@ class Batched:
             return self._lstm(x), None
         if self.kind == "transformer":
             return self._transformer(x), None
+        if self.kind == "rmc":
+            return self._rmc(x), None
         return self._proto(x, draws)
 
     def _head(self, hs: torch.Tensor) -> torch.Tensor:
@@ -203,6 +209,42 @@ class Batched:
             ff = _linear(ff, W["linear2.weight"], W["linear2.bias"])  # (R, B, T, d)
             h = _norm(h + ff, W["norm2.weight"], W["norm2.bias"])
         return self._head(h)
+
+    def _rmc(self, x: torch.Tensor) -> torch.Tensor:
+        """psrnn.relreg.rmc per run: each step the memory rows attend to themselves and the
+        projected input, then residual + layer norm, the MLP, and the gated update."""
+        P, run0 = self.params, self.runs[0]
+        W = {n.removeprefix("core."): p for n, p in P.items() if n.startswith("core.")}
+        R, B, T = x.shape
+        d, heads, slots = run0.key_size * run0.heads, run0.heads, run0.slots
+        inputs = F.one_hot(x, VOCAB).to(W["project.weight"].dtype)  # (R, B, T, VOCAB)
+        w_q, w_kv = W["attend.in_proj_weight"].split([d, 2 * d], dim=1)  # (R, d, d), (R, 2d, d)
+        b_q, b_kv = W["attend.in_proj_bias"].split([d, 2 * d], dim=1)
+        memory = torch.eye(slots, d, dtype=inputs.dtype).expand(R, B, slots, d)  # (R, B, N, d)
+        outs = []
+        for t in range(T):
+            xp = _linear(inputs[:, :, t], W["project.weight"], W["project.bias"]).unsqueeze(2)  # (R, B, 1, d)
+            both = torch.cat([memory, xp], dim=2)  # (R, B, N + 1, d)
+            q = _linear(memory, w_q, b_q).reshape(R * B, slots, heads, d // heads).transpose(1, 2)
+            k, v = (
+                z.reshape(R * B, slots + 1, heads, d // heads).transpose(1, 2)
+                for z in _linear(both, w_kv, b_kv).chunk(2, dim=-1)
+            )  # (R B, heads, N + 1, d / heads) each
+            att = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(R, B, slots, d)
+            att = _linear(att, W["attend.out_proj.weight"], W["attend.out_proj.bias"])  # (R, B, N, d)
+            m = _norm(memory + att, W["norm_attend.weight"], W["norm_attend.bias"])
+            mlp = _linear(
+                torch.relu(_linear(m, W["mlp.0.weight"], W["mlp.0.bias"])), W["mlp.2.weight"], W["mlp.2.bias"]
+            )
+            m = _norm(m + mlp, W["norm_mlp.weight"], W["norm_mlp.bias"])  # (R, B, N, d) the candidate
+            gates = _linear(xp, W["gate_input.weight"], W["gate_input.bias"]) + _linear(
+                torch.tanh(memory), W["gate_memory.weight"], None
+            )  # (R, B, N, 2d)
+            i, f = gates.chunk(2, dim=-1)
+            i, f = torch.sigmoid(i), torch.sigmoid(f + 1.0)  # input bias 0, forget bias 1
+            memory = i * torch.tanh(m) + f * memory
+            outs.append(memory.flatten(2))  # (R, B, N d)
+        return self._head(torch.stack(outs, dim=2))
 
     def noise_draws(self, gens: list[torch.Generator], steps: int) -> list[tuple[torch.Tensor, ...]] | None:
         """Each noisy run's cell noise for one forward of `steps` steps, drawn from its own
