@@ -217,7 +217,7 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
     size at the 0 % row, so its decoders (one 1-layer GRU of size r per task) fall short
     of the paper's at high shared proportions: within 15 %, and never above."""
     from psrnn.cli import main
-    from psrnn.workflow import param_table
+    from psrnn.config_cli import param_table
 
     cfg = C.load_suite(PAPER_DBPEDIA)
     reference = yaml.safe_load((C.ROOT / "config" / "reference.yaml").read_text())

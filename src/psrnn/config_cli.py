@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from psrnn import config as C
+from psrnn.datasets import REGISTRY
 from psrnn.files import write_text
 
 
@@ -73,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_params(cfg: dict) -> None:
-    """Our parameter counts beside the paper's (psrnn.workflow.param_table; meta device)."""
-    from psrnn.workflow import param_table
+    """Our parameter counts beside the paper's (param_table; meta device)."""
 
     reference = C.load_yaml(C.ROOT / "config" / "reference.yaml")
     print(f"{'experiment':28s} {'ref':34s} {'hidden':>6s} {'ours':>11s} {'paper':>11s} ratio")
@@ -83,3 +84,32 @@ def print_params(cfg: dict) -> None:
             f"{r['experiment']:28s} {r['ref']:34s} {r['hidden']:6d} {r['ours']:11,d} "
             f"{r['paper']:11,d} {r['ratio']:.3f}"
         )
+
+
+def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
+    a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
+    from psrnn.models import param_counts
+
+    paper = {
+        row["id"]: row.get("params") for table in ("table2", "table4") for row in reference.get(table, [])
+    }
+    rows = []
+    for name, exp in cfg["experiments"].items():
+        if exp.get("ref") not in paper or paper[exp["ref"]] is None:
+            continue
+        run = C.resolve_run(cfg, name, cfg["seeds"][0])
+        ds = REGISTRY[run.dataset]  # the input's shape; a text alphabet may be set by the config
+        features = ds.input_features(cfg["datasets"][run.dataset].get("prepare"))
+        ours = param_counts(run, ds.input, features, ds.classes)["params"]
+        rows.append(
+            {
+                "experiment": name,
+                "ref": exp["ref"],
+                "hidden": run.hidden,
+                "ours": ours,
+                "paper": paper[exp["ref"]],
+                "ratio": ours / paper[exp["ref"]],
+            }
+        )
+    return rows

@@ -35,7 +35,6 @@ from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-s
     source_folders,
     uses_apptainer,
 )
-from psrnn.datasets import REGISTRY
 from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 
 SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
@@ -432,38 +431,6 @@ def job_env(cfg: dict[str, Any]) -> str:
     """Shell exports of the config's `job_env` (for the Snakefile's shell prefix)."""
     env = sorted((cfg.get("job_env") or {}).items())
     return "".join(f"export {k}={shlex.quote(v)}; " for k, v in env)
-
-
-# --- parameter counts ------------------------------------------------------------------------
-
-
-def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
-    a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
-    from psrnn.models import param_counts
-
-    paper = {
-        row["id"]: row.get("params") for table in ("table2", "table4") for row in reference.get(table, [])
-    }
-    rows = []
-    for name, exp in cfg["experiments"].items():
-        if exp.get("ref") not in paper or paper[exp["ref"]] is None:
-            continue
-        run = C.resolve_run(cfg, name, cfg["seeds"][0])
-        ds = REGISTRY[run.dataset]  # the input's shape; a text alphabet may be set by the config
-        features = ds.input_features(cfg["datasets"][run.dataset].get("prepare"))
-        ours = param_counts(run, ds.input, features, ds.classes)["params"]
-        rows.append(
-            {
-                "experiment": name,
-                "ref": exp["ref"],
-                "hidden": run.hidden,
-                "ours": ours,
-                "paper": paper[exp["ref"]],
-                "ratio": ours / paper[exp["ref"]],
-            }
-        )
-    return rows
 
 
 # --- DVC's params.yaml ------------------------------------------------------------------------
