@@ -130,7 +130,7 @@ def test_snakemakes_html_report_holds_the_report_tables_and_figures(workdir):
     html = (workdir / "report.html").read_text()
     for name in ("REPORT.md", "table2.csv", "fig2_shared_proportion.png", "curves_mnist_gru.png"):
         assert name in html, name
-    assert "Table 2: test accuracy of every model against the paper" in html  # the labels
+    assert "Table 2 of the paper (main results)" in html  # the labels (psrnn.results.captions)
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ the `prepare` command that rewrites it.
 
 from __future__ import annotations
 
+import json
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -32,7 +33,6 @@ from pathlib import Path
 import torch
 
 from psrnn.errors import UserError
-from psrnn.files import read_json
 
 SPLITS = ("train", "valid", "test")
 
@@ -99,8 +99,8 @@ def read_manifest(prepared_dir: str | Path) -> dict:
         raise FileNotFoundError(
             f"prepared dataset not found: {path} (run `python -m psrnn prepare <dataset> --config ...` first)"
         )
-    try:
-        manifest = read_json(path)
+    try:  # json itself, not files.read_json: the message names the dataset's re-prepare command
+        manifest = json.loads(path.read_text())
     except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise damaged(path, Path(prepared_dir).name, reason(err)) from None
     if not isinstance(manifest, dict):
