@@ -2,15 +2,16 @@
 [tool.ruff]) over src/ and tests/, so CI fails on a new unused import or an unformatted file;
 mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; snakefmt
 over the Snakefile ([tool.snakefmt]); and the package's shape: no import cycle between its
-modules, none longer than MAX_LINES."""
+modules (the package's import graph is psrnn.codehash's, the one its code digests follow),
+none longer than MAX_LINES."""
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from psrnn.codehash import import_graph, modules
 from psrnn.config import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
@@ -40,60 +41,6 @@ def test_snakefile_is_formatted():
 
 
 # --- the package's shape ------------------------------------------------------------------------
-
-
-def modules(src: Path) -> dict[str, Path]:
-    """Module name -> file of every module under `src` (a package's __init__.py names the package)."""
-    out = {}
-    for path in sorted(src.rglob("*.py")):
-        parts = list(path.relative_to(src).with_suffix("").parts)
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imported(name: str, path: Path, known: set[str] | dict[str, Path]) -> set[str]:
-    """The modules of `known` that module `name` (file `path`) imports, anywhere in it (inside
-    functions too) but under `if TYPE_CHECKING:`. `from psrnn.x import y` imports psrnn.x, and
-    psrnn.x.y too when y is a submodule; relative imports count like absolute ones."""
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
-                for other in child.orelse:
-                    visit_one(other)
-            else:
-                visit_one(child)
-
-    def visit_one(node: ast.AST) -> None:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-        else:
-            visit(node)
-
-    visit(ast.parse(path.read_text(), filename=str(path)))
-    return {m for m in found if m in known and m != name}
-
-
-def import_graph(src: Path) -> dict[str, set[str]]:
-    known = modules(src)
-    return {name: imported(name, path, known) for name, path in known.items()}
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

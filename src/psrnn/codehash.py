@@ -41,22 +41,54 @@ def modules(src: Path = SRC) -> dict[str, Path]:
     return out
 
 
-def imports(name: str, tree: ast.Module, is_package: bool, known: dict[str, Path]) -> set[str]:
-    """The package's modules that module `name` imports anywhere in it (a `from x import y`
-    imports x, and x.y when that is a module; relative imports resolved)."""
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported(name: str, tree: ast.Module, is_package: bool, known: set[str] | dict[str, Path]) -> set[str]:
+    """The modules of `known` that module `name` imports anywhere in it (inside functions
+    too) but under `if TYPE_CHECKING:`, which never runs. `from psrnn.x import y` imports
+    psrnn.x, and psrnn.x.y too when y is a submodule; relative imports count like absolute
+    ones."""
     package = name.split(".") if is_package else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(tree):
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for other in child.orelse:
+                    visit_one(other)
+            else:
+                visit_one(child)
+
+    def visit_one(node: ast.AST) -> None:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
-            target = ".".join(p for p in (base, node.module or "") if p)
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)
-    # importing psrnn.a.b runs psrnn/__init__ and psrnn/a/__init__ too
-    parents = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 1)}
-    return {m for m in found | parents if m in known and m != name}
+        else:
+            visit(node)
+
+    visit(tree)
+    return {m for m in found if m in known and m != name}
+
+
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (`imported`), for every module under `src`."""
+    known = modules(src)
+    return {
+        name: imported(name, parse(path), path.name == "__init__.py", known) for name, path in known.items()
+    }
 
 
 def without_docstrings(tree: ast.Module) -> ast.Module:
@@ -73,17 +105,21 @@ def digest(roots: list[str], src: Path = SRC) -> dict[str, object]:
     """{digest, modules}: the sha256 over the docstring-free syntax trees of `roots` and
     every package module they import, directly or not."""
     known = modules(src)
-    trees = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in known.items()}
-    todo, seen = [r for r in roots if r in known], set()
+    trees: dict[str, ast.Module] = {}  # parsed as the closure reaches them
+    todo = [r for r in roots if r in known]
     while todo:
         name = todo.pop()
-        if name not in seen and name not in WORKFLOW:
-            seen.add(name)
-            todo += imports(name, trees[name], known[name].name == "__init__.py", known)
+        if name in trees or name in WORKFLOW:
+            continue
+        trees[name] = parse(known[name])
+        direct = imported(name, trees[name], known[name].name == "__init__.py", known)
+        # importing psrnn.a.b runs psrnn/__init__ and psrnn/a/__init__ too
+        parents = {".".join(m.split(".")[:i]) for m in direct | {name} for i in range(1, m.count(".") + 1)}
+        todo += sorted((direct | parents) & set(known))
     h = hashlib.sha256()
-    for name in sorted(seen):
+    for name in sorted(trees):
         h.update(name.encode() + b"\0" + ast.dump(without_docstrings(trees[name])).encode() + b"\0")
-    return {"digest": h.hexdigest(), "modules": sorted(seen)}
+    return {"digest": h.hexdigest(), "modules": sorted(trees)}
 
 
 def entry_points() -> dict[str, list[str]]:
