@@ -177,34 +177,29 @@ def test_the_batched_model_is_the_models_equations():
         torch.testing.assert_close(loading[r], out.loading, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("slots", [1, 2])
-def test_the_batched_rmc_is_the_relational_memorys_equations(slots):
-    """One forward of two stacked RMCs = each one's own (attention, MLP, gates per step)."""
+RMC = dict(hidden=6, cells=1, key_size=3, heads=2, layers=1, noise=0.0)
+TRANSFORMER = dict(hidden=16, cells=1, key_size=4, heads=2, layers=2, noise=0.0)
+
+
+@pytest.mark.parametrize(
+    "kind, setting, value, shape",
+    [
+        ("rmc", "slots", 1, RMC),
+        ("rmc", "slots", 2, RMC),
+        ("transformer", "causal", True, TRANSFORMER),
+        ("transformer", "causal", False, TRANSFORMER),
+    ],
+    ids=["rmc-1-slot", "rmc-2-slots", "transformer-causal", "transformer-unmasked"],
+)
+def test_the_batched_rmc_and_transformer_are_their_models_equations(kind, setting, value, shape):
+    """One forward of two stacked models = each one's own: the relational memory's attention,
+    MLP and gates per step; torch's Transformer encoder layers, with or without the mask."""
     from psrnn.relreg.fused import Batched
     from psrnn.relreg.models import build_model
 
     torch.manual_seed(0)
-    runs = [dataclasses.replace(r, slots=slots) for r in grid("rmc")[:2]]
-    shape = dict(hidden=6, cells=1, key_size=3, heads=2, layers=1, noise=0.0, slots=slots)
-    models = [build_model("rmc", **shape) for _ in runs]
-    opts = [torch.optim.Adam(m.parameters()) for m in models]
-    x = torch.randint(0, 3, (2, 5, 7))
-    logits, loading = Batched(runs, models, opts).forward(x)
-    assert loading is None
-    for r, m in enumerate(models):
-        torch.testing.assert_close(logits[r], m.train()(x[r]).logits, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "unmasked"])
-def test_the_batched_transformer_is_the_encoders_equations(causal):
-    """One forward of two stacked Transformers = each one's own (torch's encoder layers)."""
-    from psrnn.relreg.fused import Batched
-    from psrnn.relreg.models import build_model
-
-    torch.manual_seed(0)
-    runs = [dataclasses.replace(r, causal=causal) for r in grid("transformer")[:2]]
-    shape = dict(hidden=16, cells=1, key_size=4, heads=2, layers=2, noise=0.0, causal=causal)
-    models = [build_model("transformer", **shape) for _ in runs]
+    runs = [dataclasses.replace(r, **{setting: value}) for r in grid(kind)[:2]]
+    models = [build_model(kind, **shape, **{setting: value}) for _ in runs]
     opts = [torch.optim.Adam(m.parameters()) for m in models]
     x = torch.randint(0, 3, (2, 5, 7))
     logits, loading = Batched(runs, models, opts).forward(x)
