@@ -144,6 +144,10 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
     exp = cfg["experiments"][experiment]
     points: list[str | None] = [point] if point is not None else [pid for pid, _ in C.grid_points(exp)]
     points = points or [None]  # no grid: the experiment's one setting
+    # the points whose own settings the record carries first (usually one): a large grid is
+    # then resolved in full only for a record that is no run of the suite
+    recorded = m["config"]
+    points.sort(key=lambda p: p is not None and any(recorded.get(k) != v for k, v in point_settings(exp, p)))
     tried = []
     for pid in points:
         overrides = C.point_overrides(exp, pid) if pid is not None else None
@@ -157,6 +161,13 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
         "re-run it (snakemake re-runs changed runs) or delete its folder"
     )
+
+
+def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
+    """The settings grid point `point` sets, as (key, value), values as records hold them."""
+    return [
+        (k, list(v) if isinstance(v, tuple) else v) for k, v in (C.point_overrides(exp, point) or {}).items()
+    ]
 
 
 def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
