@@ -206,3 +206,35 @@ def test_the_batched_rmc_and_transformer_are_their_models_equations(kind, settin
     assert loading is None
     for r, m in enumerate(models):
         torch.testing.assert_close(logits[r], m.train()(x[r]).logits, rtol=1e-5, atol=1e-6)
+
+
+def test_a_member_whose_loss_goes_non_finite_ends_at_its_best_epoch(tmp_path, monkeypatch):
+    """As engine.fit ends a lone run (tests/test_study_contract.py): the member's result is
+    its best epoch so far, the other members train on with their own numbers."""
+    from psrnn.relreg import fused as relreg_fused
+
+    real, calls = relreg_fused.Batched.train_epoch, []
+
+    def poisoned(self, *args, **kwargs):
+        loss, pen = real(self, *args, **kwargs)
+        calls.append(len(loss))
+        if len(calls) == 2:  # the second fused epoch: member 1's loss is NaN
+            loss = torch.as_tensor(loss).clone()
+            loss[1] = float("nan")
+        return loss, pen
+
+    monkeypatch.setattr(relreg_fused.Batched, "train_epoch", poisoned)
+    runs = grid("lstm")[:3]
+    fused = fit_group(
+        [Job(r, tmp_path / f"fused{i}", {}) for i, r in enumerate(runs)], log=quiet, save_every_s=0
+    )
+    assert calls == [3, 3, 2]  # member 1 left the batch after epoch 2
+    assert fused[1]["stopped"] == "non_finite" and fused[1]["best_epoch"] == 1
+    assert fused[1]["epochs_run"] == 1 and fused[1]["diverged"]["epoch"] == 2
+    assert len(rows(tmp_path / "fused1" / "history.csv")) == 1
+    monkeypatch.undo()
+    alone = fit(dataclasses.replace(runs[1], epochs=1), tmp_path / "alone1", log=quiet)
+    assert fused[1]["test"] == alone["test"] and fused[1]["best_valid_acc"] == alone["best_valid_acc"]
+    for i in (0, 2):  # the others are untouched
+        a = fit(runs[i], tmp_path / f"alone{i}", log=quiet)
+        assert_same_numbers(a, fused[i], tmp_path / f"alone{i}", tmp_path / f"fused{i}")

@@ -128,18 +128,46 @@ def test_a_finished_run_returns_without_training_and_refuses_other_settings(case
     assert fit(dataclasses.replace(case.run, progress="auto"), tmp_path / "run", log=quiet) == first
 
 
-def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_epoch(case, tmp_path):
+def poisoner(at: tuple[int, int]):
+    """An on_step hook that fills every weight with NaN at (epoch, step)."""
+
     def poison(epoch, step, model):
-        if (epoch, step) == (2, 1):
+        if (epoch, step) == at:
             with torch.no_grad():
                 for p in model.parameters():
                     p.fill_(math.nan)
 
-    with pytest.raises(TrainingDiverged, match="epoch 2"):
-        fit(case.run, tmp_path / "run", on_step=poison, log=quiet)
+    return poison
+
+
+def test_a_nan_loss_in_the_first_epoch_is_an_error_and_writes_no_metrics(case, tmp_path):
+    with pytest.raises(TrainingDiverged, match="epoch 1"):
+        fit(case.run, tmp_path / "run", on_step=poisoner((1, 1)), log=quiet)
     assert not (tmp_path / "run" / "metrics.json").exists()
-    last = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
-    assert last["state"]["epoch"] == 1 and all(torch.isfinite(v).all() for v in last["model"].values())
+
+
+def test_a_later_nan_loss_ends_the_run_at_its_best_epoch(case, tmp_path):
+    """A grid point that diverges is a result of the search: the run ends, its best epoch so
+    far is its result (as early stopping keeps it), and `diverged` says where and why."""
+    logs: list[str] = []
+    m = fit(case.run, tmp_path / "run", on_step=poisoner((2, 1)), log=logs.append)
+    assert m["stopped"] == "non_finite" and m["epochs_run"] == 1 and m["best_epoch"] == 1
+    assert m["diverged"]["epoch"] == 2 and "finite" in m["diverged"]["non_finite"]
+    assert math.isfinite(m["test_acc"]) and 0.0 <= m["test_acc"] <= 1.0
+    assert any(line.startswith("stopped: ") and "best epoch so far (1)" in line for line in logs)
+    # the best epoch's numbers are an untouched run's first epoch
+    clean = fit(dataclasses.replace(case.run, **{limit(case.run): 1}), tmp_path / "clean", log=quiet)
+    assert m["best_valid_acc"] == clean["best_valid_acc"] and m["test_acc"] == clean["test_acc"]
+    assert untimed(tmp_path / "run") == untimed(tmp_path / "clean")
+    best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)
+    assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in best["model"].values())
+    # finished: a second call returns the record without training
+    assert fit(case.run, tmp_path / "run", log=quiet) == m
+
+
+def limit(run: Any) -> str:
+    """The run's epoch-limit setting (the studies name it differently)."""
+    return "max_epochs" if hasattr(run, "max_epochs") else "epochs"
 
 
 def test_an_exploding_finite_loss_is_flagged_and_the_run_finishes(case, tmp_path):

@@ -404,7 +404,7 @@ def test_a_checkpoint_is_resumed_only_on_the_same_prepared_data(tmp_path):
 # --- failure and stopping rules ----------------------------------------------------------
 
 
-def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_last_good_checkpoint(tmp_path):
+def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_best_epoch(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=5)
 
@@ -413,13 +413,22 @@ def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_last_good_checkpoint(t
             with torch.no_grad():
                 model.head.weight.fill_(float("nan"))
 
-    with pytest.raises(training.TrainingDiverged, match=r"non-finite loss \(nan\) at epoch 2, step 2 of 3"):
-        training.train(cfg, tmp_path / "run", on_step=poison, log=quiet)
-    assert not (tmp_path / "run" / "metrics.json").exists()
+    logs: list[str] = []
+    m = training.train(cfg, tmp_path / "run", on_step=poison, log=logs.append)
+    assert m["stopped"] == "non_finite" and m["epochs_run"] == 1 and m["best_epoch"] == 1
+    assert m["diverged"] == {
+        "epoch": 2,
+        "train_loss": None,
+        "non_finite": "non-finite loss (nan) at epoch 2, step 2 of 3; lower lr",
+    }
+    assert len(read_history(tmp_path / "run")) == 1
     last = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
     assert last["state"]["epoch"] == 1
     assert all(torch.isfinite(v).all() for v in last["model"].values())
-    assert len(read_history(tmp_path / "run")) == 1
+    # poisoned in its first epoch, a run has no result: an error, and no metrics
+    with pytest.raises(training.TrainingDiverged, match=r"non-finite loss \(nan\) at epoch 1, step 2 of 3"):
+        training.train(cfg, tmp_path / "first", on_step=lambda e, s, model: poison(e + 1, s, model), log=quiet)
+    assert not (tmp_path / "first" / "metrics.json").exists()
 
 
 def test_nan_is_a_one_line_cli_error(tmp_path, capsys):

@@ -70,7 +70,7 @@ class RunState:
     best_score: list[float] = field(default_factory=lambda: [-1.0])
     best_epoch: int = 0
     since_best: int = 0  # epochs without a new best validation accuracy
-    stopped: str | None = None  # "early_stopping" | "max_epochs" once training is over
+    stopped: str | None = None  # "early_stopping" | "max_epochs" | "non_finite" once training is over
     best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
     # epoch -> what the study captures then (psrnn.engine.Hooks.capture)
     captures: dict[int, torch.Tensor] = field(default_factory=dict)

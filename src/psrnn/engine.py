@@ -22,8 +22,11 @@ engine supplies the bookkeeping, once for every study:
 - kernels: the checkpoint records the CPU-kernel variables a suite's job_env sets
   (checkpoint.KERNEL_ENV; `python -m psrnn train` applies the suite's, psrnn.jobenv) and
   resumes only under the same ones, so a run's numbers do not depend on how it started;
-- failure: a NaN/inf training loss stops the run (TrainingDiverged; the last good
-  checkpoint stays, no metrics); a finite loss that explodes past DIVERGENCE_FACTOR x the
+- failure: a NaN/inf training loss ends the run (`stopped: non_finite`): its result is its
+  best epoch so far, as early stopping would have kept, and metrics.json's `diverged` says
+  where and why (so a grid point that diverges is a search outcome, not a failed job); in
+  the first epoch there is no result yet, so it is an error (TrainingDiverged; nothing
+  written but what the study wrote before training); a finite loss that explodes past DIVERGENCE_FACTOR x the
   loss at initialisation is logged and recorded as metrics.json's `diverged`;
 - records: history.csv every epoch, and metrics.json last (its presence means the run is
   complete) with the keys every study shares (COMMON_METRIC_KEYS: identity, selection,
@@ -279,6 +282,7 @@ def _fit(
     max_epochs, patience = hooks.limits(run)
     first_loss, first_label = hooks.first_loss(data)
 
+    non_finite: dict[str, Any] | None = None
     while st.stopped is None:
         if st.epoch >= max_epochs:
             st.stopped = "max_epochs"
@@ -286,12 +290,17 @@ def _fit(
         epoch = st.epoch + 1
         t0 = time.perf_counter()
         e = Epoch(epoch, on_step, bar, None if bar else log, heartbeat_s)  # the bar shows progress itself
-        row = {"epoch": epoch, **hooks.train_epoch(model, data, run, opt, sched, gens, device, e)}
-        if not math.isfinite(row[hooks.LOSS_COLUMN]):
-            raise TrainingDiverged(
-                f"{out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr}); "
-                f"{last_path} keeps epoch {st.epoch}, no metrics written"
-            )
+        try:
+            row = {"epoch": epoch, **hooks.train_epoch(model, data, run, opt, sched, gens, device, e)}
+            if not math.isfinite(row[hooks.LOSS_COLUMN]):
+                raise TrainingDiverged(
+                    f"{out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr})"
+                )
+        except TrainingDiverged as err:
+            if st.best_model is None:  # not one epoch trained: there is no result to keep
+                raise
+            non_finite = non_finite_stop(st, epoch, str(err), log)
+            break
         st.train_time_s += time.perf_counter() - t0
         valid = hooks.evaluate(model, data, run, device)
         row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
@@ -314,7 +323,7 @@ def _fit(
     model.load_state_dict(st.best_model)
     own = hooks.finish(model, data, run, st, device, out_dir)
     wall = st.wall_time_s + time.perf_counter() - session_start
-    diverged = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    diverged = non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
     samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
     peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
     metrics = run_metrics(run, meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device)
@@ -403,6 +412,16 @@ def note_epoch(
     elif epoch >= max_epochs:
         st.stopped = "max_epochs"
     return best
+
+
+def non_finite_stop(st: RunState, epoch: int, message: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """End a run whose training loss went non-finite in `epoch` after at least one good
+    epoch: like early stopping, its result is its best epoch so far (a grid point that
+    diverges is an outcome of the search, not a failed job). Returns metrics.json's
+    `diverged` for it: {epoch, train_loss: None, non_finite: the message}."""
+    st.stopped = "non_finite"
+    log(f"stopped: {message}; the run's result is its best epoch so far ({st.best_epoch})")
+    return {"epoch": epoch, "train_loss": None, "non_finite": message}
 
 
 def best_checkpoint(run: Any, st: RunState) -> dict[str, Any]:

@@ -202,7 +202,7 @@ def check_finite(
     hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
     raise TrainingDiverged(
         f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-        f"{steps}; {hint} (last good checkpoint kept, no metrics written)"
+        f"{steps}; {hint}"
     )
 
 

@@ -48,6 +48,7 @@ from psrnn.engine import (
     best_checkpoint,
     finished,
     fit,
+    non_finite_stop,
     note_epoch,
     pick_device,
     restore,
@@ -86,6 +87,7 @@ class Member:
     st: RunState
     rng: dict[str, Any] = field(default_factory=dict)
     best_unsaved: bool = False
+    non_finite: dict[str, Any] | None = None  # engine.non_finite_stop's record, once stopped so
 
 
 def fit_group(
@@ -186,7 +188,8 @@ def _train(
     cohort: list[Member], fused: Any, hooks: Any, data: Any, device, memory, log, save_every_s, on_epoch
 ) -> set[int]:
     """Train a cohort (members at the same epoch) to the end as one batched model; returns
-    the ids of members whose loss went non-finite (dropped, their last checkpoint kept)."""
+    the ids of members whose loss went non-finite in their first epoch (dropped, no result;
+    later, a member stops with its best epoch as engine.fit stops a run)."""
     run0 = cohort[0].job.run
     max_epochs, patience = hooks.limits(run0)
     first_loss, first_label = hooks.first_loss(data)
@@ -205,11 +208,16 @@ def _train(
         for r, m in enumerate(active):
             run = m.job.run
             if not math.isfinite(float(loss[r])):
-                log(
-                    f"{m.job.out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr}); "
-                    f"ckpt_last.pt keeps its last saved epoch, no metrics written"
-                )
-                failed.add(id(m))
+                message = f"{m.job.out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr})"
+                if m.st.best_model is None:  # as engine.fit: no epoch trained, no result
+                    log(f"{message}; ckpt_last.pt keeps its last saved epoch, no metrics written")
+                    failed.add(id(m))
+                else:
+                    m.non_finite = non_finite_stop(m.st, epoch, message, log)
+                    write_text(m.job.out_dir / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS))
+                    if m.best_unsaved:  # its best epoch's weights, as engine.fit has them on disk
+                        torch_save(m.job.out_dir / "ckpt_best.pt", best_checkpoint(run, m.st))
+                        m.best_unsaved = False
                 continue
             row = {"epoch": epoch, "train_loss": float(loss[r]), "train_penalty": float(pen[r])}
             row.update(hooks.valid_row(valids[r]), epoch_time_s=share)
@@ -272,7 +280,7 @@ def _finish(m: Member, hooks: Any, data: Any, device, memory, log) -> dict[str, 
     own = hooks.finish(m.model, data, run, st, device, out)
     wall = st.wall_time_s + time.perf_counter() - t0
     first_loss, _ = hooks.first_loss(data)
-    diverged = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    diverged = m.non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
     samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
     peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
     metrics = run_metrics(

@@ -118,9 +118,18 @@ DIVERGED = "diverged.txt"  # in a run folder: the run stopped at a non-finite lo
 
 
 def diverged(out: str | Path) -> str | None:
-    """The divergence message of a run folder, None if the run did not diverge."""
+    """The divergence message of a run folder, None if the run did not diverge: diverged.txt
+    (a non-finite loss in the first epoch) or metrics.json's `stopped: non_finite` (later:
+    the engine ends the run with its best epoch so far)."""
     path = Path(out) / DIVERGED
-    return path.read_text().strip() if path.is_file() else None
+    if path.is_file():
+        return path.read_text().strip()
+    metrics = Path(out) / "metrics.json"
+    if metrics.is_file():
+        m = read_json(metrics)
+        if m.get("stopped") == "non_finite":
+            return str((m.get("diverged") or {}).get("non_finite", "non-finite training loss"))
+    return None
 
 
 def cpu_seconds(out: str | Path) -> float:

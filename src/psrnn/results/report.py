@@ -280,7 +280,8 @@ def deviation_lines(s: Suite) -> list[str]:
 
 def diverged_lines(s: Suite) -> list[str]:
     """A table of the runs whose training loss exploded (metrics.json `diverged`: null or
-    absent = fine, else {epoch, train_loss, first_loss}); [] when there are none."""
+    absent = fine, else {epoch, train_loss, first_loss}, or {epoch, non_finite} for a run
+    that went non-finite and ended at its best epoch); [] when there are none."""
     rows = []
     for r in all_runs(s):
         d = r.metrics.get("diverged")
@@ -289,8 +290,9 @@ def diverged_lines(s: Suite) -> list[str]:
         d = d if isinstance(d, dict) else {}  # a bare `true` still lists the run
         loss, first = d.get("train_loss"), d.get("first_loss")
         ratio = loss / first if not fmt.is_missing(loss) and not fmt.is_missing(first) and first else None
+        shown = "not finite (run ended at its best epoch)" if d.get("non_finite") else fmt.sig(loss)
         rows.append(
-            f"| {r.experiment} | {r.seed} | {fmt.integer(d.get('epoch'))} | {fmt.sig(loss)} | "
+            f"| {r.experiment} | {r.seed} | {fmt.integer(d.get('epoch'))} | {shown} | "
             f"{fmt.sig(first)} | {fmt.sig(ratio)} |"
         )
     if not rows:
@@ -299,7 +301,8 @@ def diverged_lines(s: Suite) -> list[str]:
         "",
         "## Diverged runs",
         "",
-        "Training loss exploded (metrics.json `diverged`); these runs still count in the means below.",
+        "Training loss exploded or went non-finite (metrics.json `diverged`; a non-finite run's "
+        "result is its best epoch before that); these runs still count in the means below.",
         "",
         "| Experiment | Seed | Epoch | Training loss | First loss | Ratio |",
         "|---|---:|---:|---:|---:|---:|",
