@@ -427,7 +427,9 @@ def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_best_epoch(tmp_path):
     assert all(torch.isfinite(v).all() for v in last["model"].values())
     # poisoned in its first epoch, a run has no result: an error, and no metrics
     with pytest.raises(training.TrainingDiverged, match=r"non-finite loss \(nan\) at epoch 1, step 2 of 3"):
-        training.train(cfg, tmp_path / "first", on_step=lambda e, s, model: poison(e + 1, s, model), log=quiet)
+        training.train(
+            cfg, tmp_path / "first", on_step=lambda e, s, model: poison(e + 1, s, model), log=quiet
+        )
     assert not (tmp_path / "first" / "metrics.json").exists()
 
 

@@ -201,8 +201,7 @@ def check_finite(
     value = float(loss if what == "loss" else gnorm)
     hint = "lower lr" + (" or set clip > 0" if cfg.clip <= 0 else "")
     raise TrainingDiverged(
-        f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of "
-        f"{steps}; {hint}"
+        f"non-finite {what} ({value}) at epoch {epoch}, step {step + 1} of {steps}; {hint}"
     )
 
 

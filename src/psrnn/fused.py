@@ -214,7 +214,9 @@ def _train(
                     failed.add(id(m))
                 else:
                     m.non_finite = non_finite_stop(m.st, epoch, message, log)
-                    write_text(m.job.out_dir / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS))
+                    write_text(
+                        m.job.out_dir / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS)
+                    )
                     if m.best_unsaved:  # its best epoch's weights, as engine.fit has them on disk
                         torch_save(m.job.out_dir / "ckpt_best.pt", best_checkpoint(run, m.st))
                         m.best_unsaved = False
