@@ -58,6 +58,7 @@ from psrnn.checkpoint import (
     Generators,
     RunState,
     adopt,
+    adopt_finished,
     config_differences,
     kernel_env,
     load_last,
@@ -260,6 +261,11 @@ def _fit(
     session_start = time.perf_counter()
     device = pick_device(run.device, log)
     data = hooks.data(run)
+    if reuse is not None and not last_path.is_file():  # a finished search run: its record
+        adopted, said = adopt_finished(Path(reuse), out_dir, run, data.identity, meta)
+        if adopted is not None:
+            log(said)
+            return adopted
     memory = PeakMemory(device)  # from here: the model, training, evaluation, the test
     memory.start()
 

@@ -43,7 +43,7 @@ import torch
 
 from psrnn import config as C
 from psrnn import groups, studies
-from psrnn.checkpoint import Generators, RunState, save_last
+from psrnn.checkpoint import Generators, RunState, adopt_finished, save_last
 from psrnn.engine import (
     best_checkpoint,
     finished,
@@ -146,6 +146,16 @@ def _fit_fused(
             return results
         device = pick_device(run0.device, log)
         data = hooks.data(run0)  # the group key holds every data setting: one data for all
+        for i in list(todo):  # a final run that is its finished search run: its record (engine.fit)
+            job = jobs[i]
+            if job.reuse is not None and not (job.out_dir / "ckpt_last.pt").is_file():
+                adopted, said = adopt_finished(Path(job.reuse), job.out_dir, job.run, data.identity, job.meta)
+                if adopted is not None:
+                    log(said)
+                    results[i] = adopted
+                    todo.remove(i)
+        if not todo:
+            return results
         memory = PeakMemory(device)
         memory.start()
         members = {i: _member(jobs[i], hooks, data, device, log, restart_on_change) for i in todo}
