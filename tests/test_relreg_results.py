@@ -587,3 +587,32 @@ def test_the_sweep_figures_keep_legends_off_the_curves_and_style_a_second_settin
     ticks = [t.get_text() for t in ridge.get_yticklabels()]
     epochs = [int(t.split()[1]) for t in ticks]
     assert epochs == sorted(epochs) and epochs[0] == 0  # bottom to top
+
+
+def test_compare_with_sets_each_selection_beside_the_other_suites(tmp_path, monkeypatch):
+    """config/relreg-full.yaml's `compare_with: relreg.yaml`: REPORT.md's table of both
+    suites' grids, selections, ties and test accuracy at 14 bits, per shared experiment."""
+    from psrnn.relreg import compare
+
+    monkeypatch.chdir(tmp_path)
+    cfg = {**make_tree(tmp_path), "compare_with": "cut.yaml"}  # rr: lstm_l2 selected l2-0.001_lr-0.01
+    cut = {**suite_config(("lstm_l2", "proto_l2")), "name": "cut"}
+    cut["experiments"]["lstm_l2"]["grid"] = {"l2": [0.0], "lr": [0.01]}
+    sel = tmp_path / C.selection_path(cut, "lstm_l2")
+    sel.parent.mkdir(parents=True)
+    sel.write_text(json.dumps({"point": "l2-0.0_lr-0.01"}))
+    monkeypatch.setattr(compare, "other_suite", lambda s: R.gather(cut, REF, C.results_root(cut)))
+    lines = compare.compare_lines(R.gather(cfg, REF, C.results_root(cfg)))
+    assert lines[0] == "### Selection: config rr against config cut"
+    rows = {
+        line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in lines if line.startswith("| ")
+    }
+    lstm_mean = 100 * sum(SEQ["lstm_l2"][14]) / len(SEQ["lstm_l2"][14])
+    assert rows["lstm_l2"] == [
+        "lstm_l2", "1", "`l2-0.0_lr-0.01`", "0", "2", "`l2-0.001_lr-0.01`", "0", "no", "—", f"{lstm_mean:.2f}"
+    ]  # fmt: skip
+    assert rows["proto_l2"][7] == "—"  # neither suite selected: nothing to compare
+    assert set(rows) == {"Experiment", "lstm_l2", "proto_l2"}  # only experiments both have
+    assert "The selected point moved in 1 of 2 experiments." in lines
+    monkeypatch.undo()  # without the key: no section
+    assert compare.compare_lines(R.gather(make_tree(tmp_path / "x", runs=False), REF, tmp_path / "x")) == []

@@ -27,6 +27,7 @@ from psrnn.relreg.collect import (
     short,
     tied_points,
 )
+from psrnn.relreg.compare import compare_lines
 from psrnn.results import fmt
 from psrnn.results.report import hours
 from psrnn.results.tables import Table, to_markdown
@@ -57,6 +58,7 @@ def report_markdown(s: RelRegSuite, t: Table, ab: Table, outputs: list[str]) -> 
         "",
         *grid_lines(s),
         "",
+        *compare_lines(s),
         "## Table 4.5",
         "",
         to_markdown(t, s),
