@@ -20,6 +20,8 @@ from psrnn.errors import UserError
 from psrnn.files import read_json, torch_save, write_bytes, write_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
 
@@ -186,22 +188,27 @@ def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
 
 
 def adopt_finished(
-    source: Path, out_dir: Path, cfg: Any, data: str | None, meta: dict[str, Any] | None
-) -> tuple[dict[str, Any] | None, str]:
-    """A finished search run that is this run (settings, seed, data): its folder copied into
-    `out_dir` and its metrics.json as this run's, with this run's identity (experiment,
-    config name, point) and settings. The final run then neither trains nor evaluates again:
-    its numbers are the search run's, from the machine that made them. Returns (metrics or
-    None when `source` is not finished or not this run, what was done for the log)."""
+    source: Path,
+    out_dir: Path,
+    cfg: Any,
+    data: str | None,
+    meta: dict[str, Any] | None,
+    log: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """A finished search run that is this run (settings, seed, data), for a run folder that
+    holds no checkpoint yet: its folder copied into `out_dir` and its metrics.json as this
+    run's, with this run's identity (experiment, config name, point) and settings. The final
+    run then neither trains nor evaluates again: its numbers are the search run's, from the
+    machine that made them. None (nothing done) when `source` is not that: `adopt` then
+    takes what it can and says why."""
     done_path, last = source / "metrics.json", source / "ckpt_last.pt"
-    if not done_path.is_file() or not last.is_file():
-        return None, f"not reusing {source}: not finished"
+    if (out_dir / "ckpt_last.pt").is_file() or not done_path.is_file() or not last.is_file():
+        return None
     done = read_json(done_path)
-    diff = config_differences(done.get("config", {}), cfg) or checkpoint_differences(
+    if config_differences(done.get("config", {}), cfg) or checkpoint_differences(
         read_checkpoint(last), cfg, data
-    )
-    if diff:
-        return None, f"not reusing {source}: {'; '.join(diff)}"
+    ):
+        return None
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in sorted(source.iterdir()):  # checkpoints, history, the study's own files
         if path.is_file() and path.name != "metrics.json":
@@ -209,10 +216,11 @@ def adopt_finished(
     own = {k: (meta or {}).get(k) for k in ("experiment", "config_name", "point")}
     metrics = {**done, **own, "config": cfg.to_dict()}
     write_json(out_dir / "metrics.json", metrics)  # last: its presence means complete
-    return metrics, (
+    log(
         f"reusing {source}: the same run (settings, seed, data), finished: its files and "
         "metrics, nothing trained or evaluated again"
     )
+    return metrics
 
 
 def load_last(

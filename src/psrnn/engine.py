@@ -26,8 +26,9 @@ engine supplies the bookkeeping, once for every study:
   best epoch so far, as early stopping would have kept, and metrics.json's `diverged` says
   where and why (so a grid point that diverges is a search outcome, not a failed job); in
   the first epoch there is no result yet, so it is an error (TrainingDiverged; nothing
-  written but what the study wrote before training); a finite loss that explodes past DIVERGENCE_FACTOR x the
-  loss at initialisation is logged and recorded as metrics.json's `diverged`;
+  written but what the study wrote before training); a finite loss that explodes past
+  DIVERGENCE_FACTOR x the loss at initialisation is logged and recorded as metrics.json's
+  `diverged`;
 - records: history.csv every epoch, and metrics.json last (its presence means the run is
   complete) with the keys every study shares (COMMON_METRIC_KEYS: identity, selection,
   stop, divergence, time, memory, machine and code provenance, settings) beside the
@@ -261,11 +262,9 @@ def _fit(
     session_start = time.perf_counter()
     device = pick_device(run.device, log)
     data = hooks.data(run)
-    if reuse is not None and not last_path.is_file():  # a finished search run: its record
-        adopted, said = adopt_finished(Path(reuse), out_dir, run, data.identity, meta)
-        if adopted is not None:
-            log(said)
-            return adopted
+    adopted = None if reuse is None else adopt_finished(Path(reuse), out_dir, run, data.identity, meta, log)
+    if adopted is not None:  # a finished search run that is this run: its record
+        return adopted
     memory = PeakMemory(device)  # from here: the model, training, evaluation, the test
     memory.start()
 

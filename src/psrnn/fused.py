@@ -146,14 +146,13 @@ def _fit_fused(
             return results
         device = pick_device(run0.device, log)
         data = hooks.data(run0)  # the group key holds every data setting: one data for all
-        for i in list(todo):  # a final run that is its finished search run: its record (engine.fit)
+        for i in todo:  # a final run that is its finished search run: its record (engine.fit)
             job = jobs[i]
-            if job.reuse is not None and not (job.out_dir / "ckpt_last.pt").is_file():
-                adopted, said = adopt_finished(Path(job.reuse), job.out_dir, job.run, data.identity, job.meta)
-                if adopted is not None:
-                    log(said)
-                    results[i] = adopted
-                    todo.remove(i)
+            if job.reuse is not None:
+                results[i] = adopt_finished(
+                    Path(job.reuse), job.out_dir, job.run, data.identity, job.meta, log
+                )
+        todo = [i for i in todo if results[i] is None]
         if not todo:
             return results
         memory = PeakMemory(device)
@@ -224,12 +223,7 @@ def _train(
                     failed.add(id(m))
                 else:
                     m.non_finite = non_finite_stop(m.st, epoch, message, log)
-                    write_text(
-                        m.job.out_dir / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS)
-                    )
-                    if m.best_unsaved:  # its best epoch's weights, as engine.fit has them on disk
-                        torch_save(m.job.out_dir / "ckpt_best.pt", best_checkpoint(run, m.st))
-                        m.best_unsaved = False
+                    _save_records(m, hooks)  # its history and best epoch, as engine.fit has them
                 continue
             row = {"epoch": epoch, "train_loss": float(loss[r]), "train_penalty": float(pen[r])}
             row.update(hooks.valid_row(valids[r]), epoch_time_s=share)
@@ -269,14 +263,20 @@ def _train(
     return failed
 
 
-def _save(m: Member, hooks: Any, data: Any) -> None:
-    """The member's history.csv, ckpt_best.pt (when it changed) and ckpt_last.pt, as
-    engine.fit writes them (its own model and optimizer hold its current state)."""
+def _save_records(m: Member, hooks: Any) -> None:
+    """The member's history.csv and ckpt_best.pt (when it changed), as engine.fit writes them."""
     out = m.job.out_dir
     write_text(out / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS))
     if m.best_unsaved:
         torch_save(out / "ckpt_best.pt", best_checkpoint(m.job.run, m.st))
         m.best_unsaved = False
+
+
+def _save(m: Member, hooks: Any, data: Any) -> None:
+    """The member's history.csv, ckpt_best.pt (when it changed) and ckpt_last.pt, as
+    engine.fit writes them (its own model and optimizer hold its current state)."""
+    out = m.job.out_dir
+    _save_records(m, hooks)
     torch.set_rng_state(m.rng["torch"])  # checkpoint.rng_state reads the global generators
     np.random.set_state(m.rng["numpy"])
     random.setstate(m.rng["python"])
