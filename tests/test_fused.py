@@ -238,3 +238,63 @@ def test_a_member_whose_loss_goes_non_finite_ends_at_its_best_epoch(tmp_path, mo
     for i in (0, 2):  # the others are untouched
         a = fit(runs[i], tmp_path / f"alone{i}", log=quiet)
         assert_same_numbers(a, fused[i], tmp_path / f"alone{i}", tmp_path / f"fused{i}")
+
+
+@pytest.mark.parametrize("optimizer, lr", [("adam", 0.01), ("sgd", 0.5)])
+def test_a_members_optimizer_state_is_torch_optims(optimizer, lr):
+    """psrnn.relreg.fused.OptimizerState holds what torch.optim's optimizer at the run's rate
+    holds after as many steps: the same state_dict (groups and per-parameter state), and
+    each takes the other's (the member's checkpoint resumes alone, an alone one in a group)."""
+    from psrnn.relreg.fused import Batched, OptimizerState
+    from psrnn.relreg.models import build_model
+
+    run = dataclasses.replace(grid("lstm")[0], optimizer=optimizer, lr=lr)
+    torch.manual_seed(0)
+    model = build_model("lstm", hidden=6, cells=1, key_size=4, heads=2, layers=1, noise=0.0)
+    real = (
+        torch.optim.Adam(model.parameters(), lr=lr)
+        if optimizer == "adam"
+        else torch.optim.SGD(model.parameters(), lr=lr)
+    )
+    mine = OptimizerState(run, model)
+    assert mine.state_dict() == real.state_dict()  # no step yet
+    x = torch.randint(0, 3, (5, 7))
+    for _ in range(2):
+        real.zero_grad()
+        model(x).logits.sum().backward()
+        real.step()
+    batch = Batched([run], [model], [mine])
+    for p in batch.params.values():
+        p.grad = torch.zeros_like(p)
+    mine.load_state_dict(real.state_dict())
+    want = real.state_dict()
+    assert mine.state_dict().keys() == want.keys()
+    assert mine.state_dict()["param_groups"] == want["param_groups"]
+    for i, s in want["state"].items():
+        assert mine.state_dict()["state"][i].keys() == s.keys()
+        for k, v in s.items():
+            assert torch.equal(mine.state_dict()["state"][i][k], v), k
+    real.load_state_dict(mine.state_dict())  # and back: torch.optim takes it
+    assert real.state_dict()["param_groups"] == want["param_groups"]
+
+
+def test_a_fused_group_does_not_import_torch_dynamo(tmp_path):
+    """torch.optim's optimizers import torch._dynamo on first use (seconds per process); a
+    fused group's members never build one (their OptimizerState), so a group job does not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dataclasses\n"
+        "from pathlib import Path\n"
+        "from psrnn.fused import Job, fit_group\n"
+        "from psrnn.relreg.config import RelRegConfig\n"
+        f"base = RelRegConfig(model='lstm', hidden=6, **{TINY!r})\n"
+        "runs = [dataclasses.replace(base, seed=s) for s in (0, 1)]\n"
+        f"fit_group([Job(r, Path({str(tmp_path)!r}) / f'm{{i}}', {{}}) for i, r in enumerate(runs)],"
+        " log=lambda m: None, save_every_s=0)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert (tmp_path / "m1" / "metrics.json").is_file()

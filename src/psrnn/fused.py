@@ -10,6 +10,9 @@ Python stepping one small batch at a time. Here the members of a group whose stu
 batch them (psrnn.studies: the row's `fused` module and `group_key`) train as one
 batched model, R runs stepped together (psrnn.relreg.fused); members it cannot batch
 (another model kind, a GPU) train one after another with psrnn.engine.fit in this process.
+The fused module may give its members' optimizers (`optimizer(run, model)`: only the state
+their checkpoints hold, as it steps them itself) and their final evaluations, batched
+(`final_evaluations(runs, models, data)`: what the study's `finish` takes as `evaluated`).
 
 Every member keeps its own run folder with the files psrnn.engine.fit writes (history.csv,
 ckpt_best.pt, ckpt_last.pt, the study's own files, metrics.json last) and the engine's
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import math
 import random
 import time
@@ -81,7 +85,7 @@ class Member:
 
     job: Job
     model: torch.nn.Module
-    opt: torch.optim.Optimizer
+    opt: Any  # torch.optim's, or the fused module's state of one (its checkpoint's part)
     sched: Any
     gens: Generators
     st: RunState
@@ -134,7 +138,8 @@ def _fit_fused(
 ) -> list[dict[str, Any] | None]:
     run0 = jobs[0].run
     study = studies.of_settings(run0)
-    hooks, fused = study.engine_hooks(), studies.load(f"{study.fused}:Batched")
+    hooks, module = study.engine_hooks(), importlib.import_module(str(study.fused))
+    fused = module.Batched
     with contextlib.ExitStack() as held:
         for job in jobs:
             held.enter_context(sole_writer(job.out_dir))
@@ -157,7 +162,8 @@ def _fit_fused(
             return results
         memory = PeakMemory(device)
         memory.start()
-        members = {i: _member(jobs[i], hooks, data, device, log, restart_on_change) for i in todo}
+        make_opt = getattr(module, "optimizer", hooks.optimizer)
+        members = {i: _member(jobs[i], hooks, make_opt, data, device, log, restart_on_change) for i in todo}
         max_epochs, patience = hooks.limits(run0)
         for m in members.values():
             if m.st.stopped is None and m.st.epoch >= max_epochs:
@@ -169,18 +175,29 @@ def _fit_fused(
         failed: set[int] = set()
         for cohort in cohorts.values():
             failed |= _train(cohort, fused, hooks, data, device, memory, log, save_every_s, on_epoch)
-        for i, m in members.items():
-            if id(m) not in failed:
-                results[i] = _finish(m, hooks, data, device, memory, log)
+        done = {i: m for i, m in members.items() if id(m) not in failed}
+        t0 = time.perf_counter()
+        for m in done.values():
+            assert m.st.best_model is not None
+            m.model.load_state_dict(m.st.best_model)
+        evaluated: list[dict[str, Any] | None] = [None] * len(done)
+        if done and hasattr(module, "final_evaluations"):
+            runs, models = [m.job.run for m in done.values()], [m.model for m in done.values()]
+            evaluated = list(module.final_evaluations(runs, models, data))
+        share = (time.perf_counter() - t0) / max(len(done), 1)
+        for (i, m), ev in zip(done.items(), evaluated, strict=True):
+            results[i] = _finish(m, hooks, data, device, memory, log, ev, share)
     return results
 
 
-def _member(job: Job, hooks: Any, data: Any, device: torch.device, log, restart_on_change: bool) -> Member:
+def _member(
+    job: Job, hooks: Any, make_opt: Callable, data: Any, device: torch.device, log, restart_on_change: bool
+) -> Member:
     """A member set up as engine.fit sets up a run: seeded, built, restored or fresh."""
     run = job.run
     seed_everything(run.seed, device)
     model = hooks.build(run, data).to(device)
-    opt, sched = hooks.optimizer(run, model)
+    opt, sched = make_opt(run, model)
     gens = Generators.seeded(run.seed)
     st = restore(run, job.out_dir, model, opt, sched, gens, data, log, restart_on_change, job.reuse)
     log(hooks.header(job.out_dir, device, model, data, run, None if st is None else st.epoch))
@@ -283,14 +300,17 @@ def _save(m: Member, hooks: Any, data: Any) -> None:
     save_last(out / "ckpt_last.pt", m.job.run, m.st, m.model, m.opt, m.sched, m.gens, data.identity)
 
 
-def _finish(m: Member, hooks: Any, data: Any, device, memory, log) -> dict[str, Any]:
-    """The member's own outputs and metrics.json, from its best epoch (engine.fit's end)."""
+def _finish(
+    m: Member, hooks: Any, data: Any, device, memory, log, evaluated: dict[str, Any] | None, share: float
+) -> dict[str, Any]:
+    """The member's own outputs and metrics.json, from its best epoch (loaded in its model;
+    engine.fit's end); `evaluated`: its final evaluation made for the group, `share` its
+    part of that time."""
     t0 = time.perf_counter()
     run, st, out = m.job.run, m.st, m.job.out_dir
-    assert st.best_model is not None
-    m.model.load_state_dict(st.best_model)
-    own = hooks.finish(m.model, data, run, st, device, out)
-    wall = st.wall_time_s + time.perf_counter() - t0
+    extra = {} if evaluated is None else {"evaluated": evaluated}
+    own = hooks.finish(m.model, data, run, st, device, out, **extra)
+    wall = st.wall_time_s + share + time.perf_counter() - t0
     first_loss, _ = hooks.first_loss(data)
     diverged = m.non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
     samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)

@@ -19,7 +19,11 @@ What stays per run is exactly what a run alone owns:
   have after building its model, drawing the same tensors in the same order;
 - its loss (cross-entropy mean over its own batch), penalty (its own lambdas), gradient
   clip (the norm over its own parameters) and optimizer (Adam or SGD at its own learning
-  rate, the formulas of torch.optim's single-tensor Adam and SGD).
+  rate, the formulas of torch.optim's single-tensor Adam and SGD; its state is kept in an
+  OptimizerState, what the member's checkpoint holds, without a torch.optim object).
+
+Each member's final evaluation (its best epoch on the validation and test bit counts) is
+batched too (final_evaluations): the study's finish reads it instead of evaluating alone.
 
 The sums over a batch are the same sums, but batched kernels add in another order than a
 run's own, so a fused run's weights match the lone run's to float32 rounding, not bit for
@@ -28,6 +32,7 @@ bit: tests/test_fused.py checks that accuracies are identical and losses within 
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -43,11 +48,6 @@ from psrnn.relreg.transformer import positions
 CELL_NAMES = ("cell.weight_ih", "cell.weight_hh", "cell.bias")  # eq. 3.7's cell parameters
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults (training.make_optimizer)
 EVAL_ELEMENTS = 1 << 22  # largest (runs x sequences x gate units) one evaluation step holds
-
-
-def _col(values: list[float], like: torch.Tensor, dims: int) -> torch.Tensor:
-    """(R, 1, ..., 1): one value per run, broadcasting over `dims` trailing dimensions."""
-    return torch.tensor(values, dtype=like.dtype).view(-1, *([1] * dims))
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -70,12 +70,58 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
     return p.grad
 
 
+class OptimizerState:
+    """A member's optimizer as its checkpoint holds it: state_dict() and load_state_dict()
+    in the form torch.optim.Adam (or SGD) at the run's learning rate gives and takes, so
+    engine.fit resumes the checkpoint alone; the batched step (Batched.clip_and_step) is
+    its own. Written by hand because a torch.optim optimizer imports torch._dynamo on first
+    use (add_param_group, state_dict: 2.4 s per process on this CPU, a quarter of a 10-run
+    group's job) for nothing here. The group's settings are the optimizer's own defaults,
+    read from its signature (tests/test_fused.py checks both forms against torch.optim)."""
+
+    def __init__(self, run: Any, model: nn.Module):
+        kind = torch.optim.Adam if run.optimizer == "adam" else torch.optim.SGD
+        skip = ("self", "params")
+        self.group = {n: p.default for n, p in inspect.signature(kind).parameters.items() if n not in skip}
+        self.group["lr"] = run.lr
+        self.params = list(model.parameters())
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        index = {id(p): i for i, p in enumerate(self.params)}
+        return {
+            "state": {index[id(p)]: dict(s) for p, s in self.state.items()},
+            "param_groups": [{**self.group, "params": list(range(len(self.params)))}],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        groups = state["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError("the checkpoint's optimizer holds other parameters than the model's")
+        self.state = {self.params[int(i)]: dict(s) for i, s in state["state"].items()}
+
+
+def optimizer(run: Any, model: nn.Module) -> tuple[OptimizerState, None]:
+    """A member's optimizer (psrnn.fused uses it in place of the study's): its state only."""
+    return OptimizerState(run, model), None
+
+
+def final_evaluations(runs: list[Any], models: list[nn.Module], data: T.Data) -> list[dict[str, Any]]:
+    """Each run's model (its best epoch loaded) on the validation and test bit counts, as
+    one batched model: {"valid": ..., "test": ...} per run, each as training.evaluate gives
+    it (psrnn.relreg.study.finish reads them)."""
+    batch = Batched(runs, models)
+    valid, test = batch.evaluate(data.valid), batch.evaluate(data.test)
+    return [{"valid": v, "test": t} for v, t in zip(valid, test, strict=True)]
+
+
 class Batched:
     """The parameters and optimizer state of R runs of one shape, and their step.
 
-    params: state_dict key -> (R, *shape) leaf tensor; runs: the runs' settings."""
+    params: state_dict key -> (R, *shape) leaf tensor; runs: the runs' settings; opts: their
+    optimizers' states (OptimizerState or torch.optim's; None: no step is taken)."""
 
-    def __init__(self, runs: list[Any], models: list[nn.Module], opts: list[torch.optim.Optimizer]):
+    def __init__(self, runs: list[Any], models: list[nn.Module], opts: list[Any] | None = None):
         self.runs, self.kind = runs, runs[0].model
         names = [n for n, _ in models[0].named_parameters()]
         self.params = {
@@ -84,7 +130,7 @@ class Batched:
         }
         self.adam = runs[0].optimizer == "adam"
         self.step_count, self.moments = 0, {}
-        if self.adam:
+        if self.adam and opts is not None:
             states = [o.state_dict()["state"] for o in opts]
             if states[0]:  # resumed: every member is at the same step (psrnn.fused's cohorts)
                 self.step_count = int(states[0][0]["step"])
@@ -221,9 +267,12 @@ class Batched:
         w_q, w_kv = W["attend.in_proj_weight"].split([d, 2 * d], dim=1)  # (R, d, d), (R, 2d, d)
         b_q, b_kv = W["attend.in_proj_bias"].split([d, 2 * d], dim=1)
         memory = torch.eye(slots, d, dtype=inputs.dtype).expand(R, B, slots, d)  # (R, B, N, d)
+        # every step's projected input and its part of the gates at once: (R, B, T, d), (R, B, T, 2d)
+        xps = _linear(inputs, W["project.weight"], W["project.bias"])
+        gate_x = _linear(xps, W["gate_input.weight"], W["gate_input.bias"])
         outs = []
         for t in range(T):
-            xp = _linear(inputs[:, :, t], W["project.weight"], W["project.bias"]).unsqueeze(2)  # (R, B, 1, d)
+            xp = xps[:, :, t].unsqueeze(2)  # (R, B, 1, d)
             both = torch.cat([memory, xp], dim=2)  # (R, B, N + 1, d)
             q = _linear(memory, w_q, b_q).reshape(R * B, slots, heads, d // heads).transpose(1, 2)
             k, v = (
@@ -237,7 +286,7 @@ class Batched:
                 torch.relu(_linear(m, W["mlp.0.weight"], W["mlp.0.bias"])), W["mlp.2.weight"], W["mlp.2.bias"]
             )
             m = _norm(m + mlp, W["norm_mlp.weight"], W["norm_mlp.bias"])  # (R, B, N, d) the candidate
-            gates = _linear(xp, W["gate_input.weight"], W["gate_input.bias"]) + _linear(
+            gates = gate_x[:, :, t].unsqueeze(2) + _linear(
                 torch.tanh(memory), W["gate_memory.weight"], None
             )  # (R, B, N, 2d)
             i, f = gates.chunk(2, dim=-1)
@@ -273,29 +322,37 @@ class Batched:
 
     def clip_and_step(self, lrs: torch.Tensor) -> None:
         """Clip each run's gradient to its own global norm (clip 0: none), then one Adam or
-        SGD step per run at its learning rate `lrs` (R,)."""
+        SGD step per run at its learning rate `lrs` (R,). Over all parameters at once with
+        torch's foreach ops (each a loop in C++ over the tensors: a step is ~10 calls, not
+        10 per parameter)."""
         with torch.no_grad():
-            grads = {n: _grad(p) for n, p in self.params.items()}
-            norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()])  # (P, R)
-            total = norms.norm(dim=0)  # (R,) as clip_grad_norm_: the norm of the norms
+            R, ps = len(self), list(self.params.values())
+            grads = [_grad(p) for p in ps]
+            total = torch.cat([g.reshape(R, -1) for g in grads], dim=1).norm(dim=1)  # (R,): clip_grad_norm_'s
             coef = torch.clamp(self.clip / (total + 1e-6), max=1.0)
             coef = torch.where(self.clip > 0, coef, torch.ones_like(coef))
+            lr = lrs.to(coef.dtype)
+            gs = torch._foreach_mul(grads, [coef.view(-1, *[1] * (p.dim() - 1)) for p in ps])
+            lr_cols = [lr.view(-1, *[1] * (p.dim() - 1)) for p in ps]
             self.step_count += 1
+            if not self.adam:
+                torch._foreach_mul_(gs, lr_cols)
+                torch._foreach_sub_(ps, gs)
+                return
+            if not self.moments:
+                self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params.items()}
+            ms, vs = [self.moments[n][0] for n in self.params], [self.moments[n][1] for n in self.params]
             b1, b2 = ADAM_BETAS
-            for n, p in self.params.items():
-                g = grads[n] * coef.view(-1, *([1] * (p.dim() - 1)))
-                dims = p.dim() - 1
-                if not self.adam:
-                    p.add_(_col([-lr for lr in lrs.tolist()], p, dims) * g)
-                    continue
-                if n not in self.moments:
-                    self.moments[n] = (torch.zeros_like(p), torch.zeros_like(p))
-                m, v = self.moments[n]
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                bc1, bc2 = 1 - b1**self.step_count, 1 - b2**self.step_count
-                denom = (v.sqrt() / math.sqrt(bc2)).add_(ADAM_EPS)
-                p.add_(_col([-(lr / bc1) for lr in lrs.tolist()], p, dims) * m / denom)
+            torch._foreach_lerp_(ms, gs, 1 - b1)
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+            bc1, bc2 = 1 - b1**self.step_count, 1 - b2**self.step_count
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, math.sqrt(bc2))
+            torch._foreach_add_(denom, ADAM_EPS)
+            update = torch._foreach_div(ms, denom)
+            torch._foreach_mul_(update, lr_cols)
+            torch._foreach_add_(ps, update, alpha=-1.0 / bc1)
 
     def train_epoch(
         self, data: T.Data, batch_size: int, shuffles: list[torch.Generator], noise: list[torch.Generator]
@@ -387,7 +444,7 @@ class Batched:
     # --- to and from the runs' own models ------------------------------------------------
 
     @torch.no_grad()
-    def write_back(self, r: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    def write_back(self, r: int, model: nn.Module, opt: Any) -> None:
         """Run r's weights into its own model and its optimizer state into its own optimizer,
         as torch.optim would hold them after as many steps (its ckpt_last.pt resumes alone)."""
         params = dict(model.named_parameters())

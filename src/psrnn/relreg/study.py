@@ -165,11 +165,18 @@ def loading_arrays(
 
 
 def finish(
-    model: nn.Module, data: T.Data, run: RelRegConfig, st: RunState, device: torch.device, out_dir: Path
+    model: nn.Module,
+    data: T.Data,
+    run: RelRegConfig,
+    st: RunState,
+    device: torch.device,
+    out_dir: Path,
+    evaluated: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Test the best model (loaded) per bit count; write loading.npz (proto)."""
-    test = T.evaluate(model, data.test, device)
-    valid = T.evaluate(model, data.valid, device)
+    """Test the best model (loaded) per bit count; write loading.npz (proto). `evaluated`:
+    its "valid" and "test" evaluations, made already (psrnn.relreg.fused.final_evaluations)."""
+    test = evaluated["test"] if evaluated else T.evaluate(model, data.test, device)
+    valid = evaluated["valid"] if evaluated else T.evaluate(model, data.valid, device)
     if run.model == "proto":
         hist = np.stack([st.captures[e].numpy() for e in sorted(st.captures)])
         write_npz(out_dir / "loading.npz", loading_arrays(model, run, hist, device))
