@@ -584,6 +584,15 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     assert "- `mnist_full`: 2 of 3 runs finished" in text and "- `cifar_s50`: 0 of 3 runs finished" in text
 
 
+def test_a_final_run_that_reused_its_search_run_is_not_counted_twice(tmp_path):
+    """Its metrics.json's reused_from: its wall time is the search run's (compute counted once)."""
+    s = load(tmp_path, make_suite(tmp_path, name="p", paper_scale=True))
+    next(r for r in report.all_runs(s)).metrics["reused_from"] = "results/p/search/mnist_gru/lr-1.0"
+    text = report.report_markdown(s, ["REPORT.md"])
+    assert "final runs 4.00 CPU h" in text  # 8 of the 9 runs x 1800 s
+    assert "(1 final run reused its search run's record: counted in the search)" in text
+
+
 def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     """F-MNIST prepared like MNIST: their shared deviations are one row naming both."""
     path = make_suite(tmp_path)

@@ -149,7 +149,8 @@ def test_a_final_run_that_is_its_search_run_reuses_it_and_another_seed_does_not(
     assert final["point"] is None and search["point"] == "p1"
     # finished: its record and files, from the machine that made them; nothing evaluated again
     assert any(line.endswith("nothing trained or evaluated again") for line in said)
-    assert {**final, "point": "p1"} == search
+    assert {**final, "point": "p1", "reused_from": None} == search
+    assert final["reused_from"] == str(tmp_path / "search") and search["reused_from"] is None
     for name in ("history.csv", "ckpt_best.pt", "ckpt_last.pt"):
         assert (tmp_path / "final" / name).read_bytes() == (tmp_path / "search" / name).read_bytes()
     for key in ("test_acc", "best_valid_acc", "best_epoch", "test_main_loss", "test_aux_loss", "epochs_run"):

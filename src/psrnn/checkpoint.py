@@ -214,7 +214,8 @@ def adopt_finished(
         if path.is_file() and path.name != "metrics.json":
             write_bytes(out_dir / path.name, path.read_bytes())
     own = {k: (meta or {}).get(k) for k in ("experiment", "config_name", "point")}
-    metrics = {**done, **own, "config": cfg.to_dict()}
+    # reused_from: its time is the search run's (a report counts it there, not twice)
+    metrics = {**done, **own, "reused_from": str(source), "config": cfg.to_dict()}
     write_json(out_dir / "metrics.json", metrics)  # last: its presence means complete
     log(
         f"reusing {source}: the same run (settings, seed, data), finished: its files and "

@@ -87,6 +87,7 @@ COMMON_METRIC_KEYS = frozenset(
         "epochs_run",
         "stopped",
         "diverged",
+        "reused_from",
         "wall_time_s",
         "samples_per_s",
         "peak_memory_mb",
@@ -464,6 +465,7 @@ def run_metrics(
         "epochs_run": st.epoch,
         "stopped": st.stopped,
         "diverged": diverged,
+        "reused_from": None,  # checkpoint.adopt_finished: the search run whose record this is
         **own,
         "wall_time_s": wall_s,
         "samples_per_s": samples_per_s,

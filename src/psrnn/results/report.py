@@ -59,7 +59,10 @@ def provenance(s: Suite) -> list[str]:
         + (f", CUDA {r.metrics['cuda_version']}" if r.metrics.get("cuda_version") else "")
         for r in runs
     )
-    final = hours([r.metrics for r in runs])
+    # a final run that took its search run's record (metrics.json's reused_from) trained
+    # nothing: its wall time is the search run's, counted there
+    reused = sum(1 for r in runs if r.metrics.get("reused_from"))
+    final = hours([r.metrics for r in runs if not r.metrics.get("reused_from")])
     search = hours(s.search)
     lines = [
         f"- Paper: {s.reference.get('paper', '').strip()}",
@@ -68,7 +71,13 @@ def provenance(s: Suite) -> list[str]:
         f"{len(s.cfg['seeds'])} seeds); {len(s.search)} grid-search runs",
         "- Commits: " + (", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items())) or "none"),
         "- Machines: " + ("; ".join(f"{m} ({n} runs)" for m, n in sorted(machines.items())) or "none"),
-        f"- Compute: final runs {_hours_text(final)}; grid search {_hours_text(search)}",
+        f"- Compute: final runs {_hours_text(final)}; grid search {_hours_text(search)}"
+        + (
+            f" ({reused} final run{'s' if reused != 1 else ''} reused {'their' if reused != 1 else 'its'} "
+            "search run's record: counted in the search)"
+            if reused
+            else ""
+        ),
     ]
     return lines
 
