@@ -279,7 +279,10 @@ class Batched:
                 z.reshape(R * B, slots + 1, heads, d // heads).transpose(1, 2)
                 for z in _linear(both, w_kv, b_kv).chunk(2, dim=-1)
             )  # (R B, heads, N + 1, d / heads) each
-            att = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(R, B, slots, d)
+            # softmax(q k^T / sqrt(d_head)) v written out: F.scaled_dot_product_attention's
+            # own (equal to float rounding) costs twice as much at these few-row shapes
+            w = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (d // heads) ** -0.5, dim=-1)
+            att = torch.matmul(w, v).transpose(1, 2).reshape(R, B, slots, d)
             att = _linear(att, W["attend.out_proj.weight"], W["attend.out_proj.bias"])  # (R, B, N, d)
             m = _norm(memory + att, W["norm_attend.weight"], W["norm_attend.bias"])
             mlp = _linear(
