@@ -116,10 +116,13 @@ def test_the_model_study_crosses_models_recipes_and_rates_with_windows_scaled(tm
     assert g1 == c1 and R.run_dir(tmp_path, "mnist_gru/groups1-lr0.3", g1) == R.run_dir(
         tmp_path, "mnist_gru/clip1-lr0.3", c1
     )
-    # 17 names, 13 runs: one GRU run for clip1/groups1/paper at lr 0.3 and for clip1/groups1
-    # at lr 1; paper.yaml's defaults are the estimate run of the 40-anchor model
-    assert len(cfgs) == 17 and len({R.run_dir(tmp_path, n, c) for n, c in cfgs.items()}) == 13
+    # 18 names, 14 runs: one GRU run for clip1/groups1/paper at lr 0.3 and for clip1/groups1
+    # at lr 1; paper.yaml's defaults are the estimate run of the 40-anchor model, and a run
+    # of their own for the full-share model (groups1's teacher-forces its decoders)
+    assert len(cfgs) == 18 and len({R.run_dir(tmp_path, n, c) for n, c in cfgs.items()}) == 14
     assert cfgs["mnist_ps30_predrec_a40/paper-lr0.3"] == cfgs["mnist_ps30_predrec_a40/groups1-estimate-lr0.3"]
+    full = cfgs["mnist_full_rec_a20/paper-lr0.3"]
+    assert full == dataclasses.replace(cfgs["mnist_full_rec_a20/groups1-lr0.3"], decoder_input="estimate")
 
 
 def test_the_chosen_recipe_is_the_one_whose_worst_model_is_best():
