@@ -70,5 +70,13 @@ def test_quick_fused_section_writes_its_table(tmp_path):
     assert hour["alone"]["cpu_s"] == pytest.approx(3600 / m["alone"]["cpu_s"])
     assert row["ratio"]["wall_s"] == pytest.approx(hour["fused"]["wall_s"] / hour["alone"]["wall_s"])
     assert report.targets(r)[-2]["note"] == "--quick settings"
+    # the run trained both ways, compared: one epoch of the LSTM, the same numbers
+    assert m["same_numbers"] == {
+        "compared": 1,
+        "test_identical": 1,
+        "best_epoch_identical": 1,
+        "max_test_acc_change": 0.0,
+    }
     md = json_path.with_suffix(".md").read_text()
     assert "## Fused runs" in md and "| lstm | hidden 8 | 2 of 10 |" in md
+    assert "| 1 of 1 (best epoch 1); up to 0.00 pp |" in md

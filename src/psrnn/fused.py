@@ -26,7 +26,8 @@ resumed at different epochs train as separate cohorts. Differences from a lone r
   killed group resumes each member from its last one;
 - wall_time_s and samples_per_s are the member's share of the group's time (the group's
   time over its members) plus its own final evaluation; peak memory is the process's;
-- the numbers agree with a lone run's to float rounding (psrnn.relreg.fused says why).
+- the numbers agree with a lone run's to float rounding (psrnn.relreg.fused says why,
+  and where over many epochs that rounding grows).
 """
 
 from __future__ import annotations
