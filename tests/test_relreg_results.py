@@ -616,3 +616,16 @@ def test_compare_with_sets_each_selection_beside_the_other_suites(tmp_path, monk
     assert "The selected point moved in 1 of 2 experiments." in lines
     monkeypatch.undo()  # without the key: no section
     assert compare.compare_lines(R.gather(make_tree(tmp_path / "x", runs=False), REF, tmp_path / "x")) == []
+
+
+def test_a_final_run_that_reused_its_search_run_is_counted_once(tmp_path, monkeypatch):
+    """metrics.json's reused_from: the run's time is its search run's, left out of the final
+    runs' compute and said so (psrnn.results.report.hours, shared by both studies)."""
+    cfg = make_tree(tmp_path)
+    [path] = sorted((tmp_path / C.results_root(cfg) / "runs" / "lstm_l2").glob("seed0/metrics.json"))
+    m = json.loads(path.read_text())
+    path.write_text(json.dumps({**m, "reused_from": "results/x/search/lstm_l2/l2-0.001_lr-0.01"}))
+    monkeypatch.chdir(tmp_path)
+    R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
+    text = (tmp_path / C.results_root(cfg) / "REPORT.md").read_text()
+    assert "total 0.70 h (1 final run reused its search run's record: counted in the search)" in text

@@ -29,7 +29,7 @@ from psrnn.relreg.collect import (
 )
 from psrnn.relreg.compare import compare_lines
 from psrnn.results import fmt
-from psrnn.results.report import hours
+from psrnn.results.report import hours, reused_note
 from psrnn.results.tables import Table, to_markdown
 
 # Settings the thesis does not give; ours are listed in the report.
@@ -132,7 +132,7 @@ def provenance(s: RelRegSuite) -> list[str]:
         "- Commits: " + (", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items())) or "none"),
         "- Machines: " + ("; ".join(f"{m} ({n} runs)" for m, n in sorted(machines.items())) or "none"),
         f"- Compute: final runs {_hours_text(hours(final))}; grid search {_hours_text(hours(s.search))}; "
-        f"total {total:.2f} h",
+        f"total {total:.2f} h{reused_note(final)}",
     ]
 
 

@@ -35,11 +35,23 @@ def all_runs(s: Suite) -> list[Run]:
 
 
 def hours(metrics: list[dict[str, Any]]) -> dict[str, float]:
-    """Summed wall time in hours per device type ("cuda" -> GPU, "cpu" -> CPU)."""
+    """Summed wall time in hours per device type ("cuda" -> GPU, "cpu" -> CPU). A final run
+    that took its search run's record (metrics.json's reused_from) trained nothing: its
+    wall time is the search run's, counted there, so it is left out."""
     out: dict[str, float] = defaultdict(float)
     for m in metrics:
-        out[str(m.get("device") or "unknown")] += float(m.get("wall_time_s") or 0.0) / 3600.0
+        if not m.get("reused_from"):
+            out[str(m.get("device") or "unknown")] += float(m.get("wall_time_s") or 0.0) / 3600.0
     return dict(sorted(out.items()))
+
+
+def reused_note(metrics: list[dict[str, Any]]) -> str:
+    """What the compute line says of the final runs `hours` leaves out ("" for none)."""
+    n = sum(1 for m in metrics if m.get("reused_from"))
+    if not n:
+        return ""
+    runs, their = ("runs", "their") if n != 1 else ("run", "its")
+    return f" ({n} final {runs} reused {their} search run's record: counted in the search)"
 
 
 def _hours_text(h: dict[str, float]) -> str:
@@ -59,10 +71,7 @@ def provenance(s: Suite) -> list[str]:
         + (f", CUDA {r.metrics['cuda_version']}" if r.metrics.get("cuda_version") else "")
         for r in runs
     )
-    # a final run that took its search run's record (metrics.json's reused_from) trained
-    # nothing: its wall time is the search run's, counted there
-    reused = sum(1 for r in runs if r.metrics.get("reused_from"))
-    final = hours([r.metrics for r in runs if not r.metrics.get("reused_from")])
+    final = hours([r.metrics for r in runs])
     search = hours(s.search)
     lines = [
         f"- Paper: {s.reference.get('paper', '').strip()}",
@@ -72,12 +81,7 @@ def provenance(s: Suite) -> list[str]:
         "- Commits: " + (", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items())) or "none"),
         "- Machines: " + ("; ".join(f"{m} ({n} runs)" for m, n in sorted(machines.items())) or "none"),
         f"- Compute: final runs {_hours_text(final)}; grid search {_hours_text(search)}"
-        + (
-            f" ({reused} final run{'s' if reused != 1 else ''} reused {'their' if reused != 1 else 'its'} "
-            "search run's record: counted in the search)"
-            if reused
-            else ""
-        ),
+        + reused_note([r.metrics for r in runs]),
     ]
     return lines
 
