@@ -166,8 +166,11 @@ def measure_kind(
             pid = C.grid_points(suite["experiments"][name])[0][0]
             cmd = [sys.executable, "-m", "psrnn", "train", *common, "--seed", str(seed), "--point", pid]
             timed([*cmd, "--out", str(here / "warm-up")], here, env, here / "warm-up.log")
-        alone = []
-        for i, (pid, _) in enumerate(C.grid_points(suite["experiments"][name])[: s.alone_runs]):
+        alone, alone_points = (
+            [],
+            [pid for pid, _ in C.grid_points(suite["experiments"][name])[: s.alone_runs]],
+        )
+        for i, pid in enumerate(alone_points):
             cmd = [sys.executable, "-m", "psrnn", "train", *common, "--seed", str(seed), "--point", pid]
             out = ["--out", str(here / "alone" / pid)]
             alone.append(timed(cmd + out, here / "alone", env, here / f"alone-{i}.log"))
@@ -181,7 +184,7 @@ def measure_kind(
             "alone_runs_s": alone,
             "fused": {k: fused[k] / len(members) for k in ("wall_s", "cpu_s")},
             "fused_group_s": fused,
-            "same_numbers": same_numbers(suite, name, here, s.alone_runs),
+            "same_numbers": same_numbers(suite, name, here, alone_points),
         }
         measured.append(row)
         log(
@@ -214,12 +217,11 @@ def measure_kind(
     }
 
 
-def same_numbers(suite: dict[str, Any], experiment: str, here: Path, count: int) -> dict[str, Any]:
-    """The runs trained both alone and fused, compared: how many have every test accuracy
+def same_numbers(suite: dict[str, Any], experiment: str, here: Path, pids: list[str]) -> dict[str, Any]:
+    """The runs trained both alone and fused (`pids`), compared: how many have every test accuracy
     (per bit count) and the best epoch identical, and the largest change of test_acc (the
     numbers agree to float rounding after a few epochs, tests/test_fused.py; over more,
     rounding grows in some model kinds: psrnn.relreg.fused)."""
-    pids = [pid for pid, _ in C.grid_points(suite["experiments"][experiment])[:count]]
     pairs = [
         (
             read_json(here / "alone" / pid / "metrics.json"),
