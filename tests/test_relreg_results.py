@@ -629,3 +629,59 @@ def test_a_final_run_that_reused_its_search_run_is_counted_once(tmp_path, monkey
     R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
     text = (tmp_path / C.results_root(cfg) / "REPORT.md").read_text()
     assert "total 0.70 h (1 final run reused its search run's record: counted in the search)" in text
+
+
+def _set_test(path: Path, acc14: float, **keys: object) -> None:
+    m = json.loads(path.read_text())
+    m["test"]["14"]["seq_acc"] = acc14
+    path.write_text(json.dumps({**m, **keys}))
+
+
+def test_tie_sets_say_whether_the_seeds_or_the_tie_break_decide_a_row(tmp_path):
+    """REPORT.md's "Selection and seeds" table: lstm_l2's two grid points tied at 100 %
+    validation, the selected one (l2-0.001, first seed 60 % at 14 bits), its final seeds at
+    50 and 70 %, against the thesis' 99.49 %; then each way the row can be decided."""
+    from psrnn.relreg import ties
+
+    cfg = make_tree(tmp_path)
+    root = tmp_path / C.results_root(cfg)
+    other, chosen = (
+        tmp_path / C.search_dir(cfg, "lstm_l2", p) / "metrics.json"
+        for p in ("l2-0.0_lr-0.01", "l2-0.001_lr-0.01")
+    )
+    finals = [tmp_path / C.run_dir(cfg, "lstm_l2", k) / "metrics.json" for k in (0, 1)]
+    _set_test(other, 0.5, best_valid_acc=1.0)
+    _set_test(chosen, 0.6, best_valid_acc=1.0)
+
+    def row() -> tuple[ties.Ties, list[str]]:
+        s = R.gather(cfg, REF, root)
+        [t] = ties.tie_sets(s)
+        table = [line for line in ties.tie_lines(s) if line.startswith("| lstm_l2 |")]
+        return t, table[0].strip("| ").split(" | ")
+
+    t, cells = row()
+    assert (t.thesis, t.tied, t.selected, t.finals) == (99.49, [50.0, 60.0], 60.0, [50.0, 70.0])
+    assert cells == [
+        "lstm_l2", "99.49", "2 / 2", "50.00", "55.00", "60.00", "0 of 2", "60.00", "50.0, 70.0", "60.00",
+        "— (no tied point reaches it)",
+    ]  # fmt: skip
+    _set_test(other, 1.0)  # a tied point the tie-break passed over reached the thesis
+    t, cells = row()
+    assert (t.reaching, t.decided_by, cells[6]) == (1, "tie-break", "1 of 2")
+    _set_test(chosen, 1.0)  # the chosen point's first seed reaches it, the final seeds do not
+    assert row()[0].decided_by == "seeds"
+    lines = ties.tie_lines(R.gather(cfg, REF, root))
+    assert lines[-1] == (
+        "Of the 1 row that falls short of the thesis' value, the seeds decide 1 (lstm_l2). The selected "
+        "point's first-seed run, what a study of one run per cell would report, reaches the thesis' value "
+        "in 1 of 1 row with one."
+    )
+    for f in finals:
+        _set_test(f, 0.995)
+    assert row()[0].decided_by == "— (every seed reaches it)"
+    _set_test(other, 1.0, best_valid_acc=0.9)  # one tied point is no tie: no table
+    assert ties.tie_lines(R.gather(cfg, REF, root)) == []
+    small = {**cfg, "paper_scale": False}  # a small config compares nothing with the thesis
+    _set_test(other, 1.0, best_valid_acc=1.0)
+    assert ties.tie_lines(R.gather(small, REF, root)) == []
+    assert ties.tie_lines(R.gather(cfg, REF, root))[0].startswith("**Selection and seeds at 14 bits.**")

@@ -31,6 +31,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from psrnn import config as C  # noqa: E402
 from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
 from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows  # noqa: E402
+from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
 from psrnn.results.figures import STYLE, _placeholder, save  # noqa: E402
 from psrnn.results.figures import _figure as _titled  # noqa: E402
@@ -85,10 +86,10 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
     exp = exps[0]
     grid = s.cfg["experiments"][exp].get("grid")
     lines = s.points.get(exp) or []
-    what = f"{exp}: {_plural(len(lines), 'grid point')}"
+    what = f"{exp}: {fmt.plural(len(lines), 'grid point')}"
     if not lines:  # no search: the final runs, one line per seed
         lines = [(f"seed {r.seed}", r.metrics) for r in s.runs.get(exp, [])]
-        what = f"{exp}: {_plural(len(lines), 'final run')} (no search runs)"
+        what = f"{exp}: {fmt.plural(len(lines), 'final run')} (no search runs)"
     ax.set_title(f"{ref['model']}\n{what}", fontsize=8)
     if not lines:
         _note(ax, f"{exp}: no finished run")
@@ -136,10 +137,6 @@ def style_key_of(grid: dict[str, Any] | None, color: str | None) -> str | None:
         and all(isinstance(x, (int, float)) for x in v)
     ]
     return "lr" if "lr" in swept else (swept[0] if swept else None)
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def sweeps(s: RelRegSuite, stem: str, rows: int, cols: int) -> Figure:

@@ -25,9 +25,9 @@ from psrnn.relreg.collect import (
     rows,
     selection_data,
     short,
-    tied_points,
 )
 from psrnn.relreg.compare import compare_lines
+from psrnn.relreg.ties import selection_lines
 from psrnn.results import fmt
 from psrnn.results.report import hours, reused_note
 from psrnn.results.tables import Table, to_markdown
@@ -129,8 +129,10 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"experiments: {', '.join(s.experiments) or 'none'}",
         f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished; "
         f"search runs: {len(s.search)} of {grids} grid points",
-        "- Commits: " + (", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items())) or "none"),
-        "- Machines: " + ("; ".join(f"{m} ({n} runs)" for m, n in sorted(machines.items())) or "none"),
+        "- Commits: "
+        + (", ".join(f"`{c}` ({fmt.plural(n, 'run')})" for c, n in sorted(commits.items())) or "none"),
+        "- Machines: "
+        + ("; ".join(f"{m} ({fmt.plural(n, 'run')})" for m, n in sorted(machines.items())) or "none"),
         f"- Compute: final runs {_hours_text(hours(final))}; grid search {_hours_text(hours(s.search))}; "
         f"total {total:.2f} h{reused_note(final)}",
     ]
@@ -317,27 +319,9 @@ def why_lines(s: RelRegSuite) -> list[str]:
             f"- **Seeds.** Extrapolating from 3-bit numbers is all or nothing per seed: a run either "
             f"keeps the carry rule at every length or drifts. The widest spread is {e} at {k} bits "
             f"(per seed: {per_seed} %), so most intervals are wider than 10 points (†) and many cells "
-            "are inconclusive with 5 seeds; the thesis reports one number per cell, without seeds."
+            f"are inconclusive with {x.n} seeds; the thesis reports one number per cell, without seeds."
         )
-    tied = [(e, n) for e, n in ((e, tied_points(s, e)) for e in s.experiments) if n > 1]
-    if tied:
-        lines.append(
-            "- **Selection.** Many grid points tie at 100 % validation sequence accuracy, and the lower "
-            "validation loss that breaks the tie need not pick the point that extrapolates best (Figures "
-            "4.1-4.2 show every point's test curve): "
-            + "; ".join(
-                f"{e} {n} of {len(s.points.get(e, []))} (on {_and_bits(s.settings[e].get('valid_bits', []))})"
-                for e, n in tied
-            )
-            + ". The thesis does not say what it selected on; the ablations above select without any "
-            "number longer than training."
-        )
-    return lines
-
-
-def _and_bits(bits: list[int]) -> str:
-    ks = [str(k) for k in bits]
-    return (ks[0] if len(ks) == 1 else f"{', '.join(ks[:-1])} and {ks[-1]}") + " bits" if ks else fmt.DASH
+    return lines + selection_lines(s)
 
 
 def best_lines(s: RelRegSuite) -> list[str]:

@@ -51,6 +51,11 @@ def count(n: float | None) -> str:
     return f"{n:.0f}"
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 run', '2 runs', '0 runs' (nouns that take an s)."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def integer(n: float | None) -> str:
     return DASH if is_missing(n) else f"{int(round(n)):,}"
 

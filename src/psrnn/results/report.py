@@ -76,10 +76,12 @@ def provenance(s: Suite) -> list[str]:
     lines = [
         f"- Paper: {s.reference.get('paper', '').strip()}",
         f"- Config: `{s.name}` (paper_scale: {str(s.paper_scale).lower()}), seeds {sorted(s.cfg['seeds'])}",
-        f"- Runs: {len(runs)} of {expected} finished ({len(s.experiments)} experiments × "
-        f"{len(s.cfg['seeds'])} seeds); {len(s.search)} grid-search runs",
-        "- Commits: " + (", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items())) or "none"),
-        "- Machines: " + ("; ".join(f"{m} ({n} runs)" for m, n in sorted(machines.items())) or "none"),
+        f"- Runs: {len(runs)} of {expected} finished ({fmt.plural(len(s.experiments), 'experiment')} × "
+        f"{fmt.plural(len(s.cfg['seeds']), 'seed')}); {fmt.plural(len(s.search), 'grid-search run')}",
+        "- Commits: "
+        + (", ".join(f"`{c}` ({fmt.plural(n, 'run')})" for c, n in sorted(commits.items())) or "none"),
+        "- Machines: "
+        + ("; ".join(f"{m} ({fmt.plural(n, 'run')})" for m, n in sorted(machines.items())) or "none"),
         f"- Compute: final runs {_hours_text(final)}; grid search {_hours_text(search)}"
         + reused_note([r.metrics for r in runs]),
     ]
@@ -336,7 +338,7 @@ def missing_lines(s: Suite) -> list[str]:
     for exp in s.experiments:
         k = len(s.runs.get(exp, []))
         if k < n_seeds:
-            out.append(f"- `{exp}`: {k} of {n_seeds} runs finished")
+            out.append(f"- `{exp}`: {k} of {fmt.plural(n_seeds, 'run')} finished")
     return out or ["- nothing: every reference row has an experiment and every run finished"]
 
 
