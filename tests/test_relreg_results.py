@@ -589,6 +589,38 @@ def test_the_sweep_figures_keep_legends_off_the_curves_and_style_a_second_settin
     assert epochs == sorted(epochs) and epochs[0] == 0  # bottom to top
 
 
+def test_dense_sweeps_fade_their_lines_and_draw_each_colours_median(monkeypatch):
+    """Above F.DENSE grid points (relreg-full's 900 and 4,500) a panel's thin lines fade and
+    each regulariser value's median over its points is drawn thick, with its value at 14 bits
+    in the legend; every panel of the figure alike, so that they compare. Here DENSE is set
+    below the committed relreg runs' 30 proto_l2 points."""
+    from psrnn.relreg import figures as F
+
+    monkeypatch.chdir(C.ROOT)
+    cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
+    s = R.gather(cfg, REF, C.results_root(cfg))
+    plain = F.sweeps(s, "fig41_lstm_vs_proto", 1, 2)
+    assert not [line for ax in plain.axes for line in ax.get_lines() if line.get_linewidth() == 2.6]
+    monkeypatch.setattr(F, "DENSE", 20)  # lstm_l2 has 30 points too: both panels fade
+    fig = F.sweeps(s, "fig41_lstm_vs_proto", 1, 2)
+    for ax in [ax for ax in fig.axes if ax.get_legend() is not None]:
+        exp = ax.get_title().split("\n")[1].split(":")[0]
+        overrides = dict(C.grid_points(cfg["experiments"][exp]))
+        by_l2: dict[float, list[float]] = {}
+        for point, m in s.points[exp]:
+            by_l2.setdefault(overrides[point]["l2"], []).append(100 * m["test"]["14"]["seq_acc"])
+        thick = [line for line in ax.get_lines() if line.get_linewidth() == 2.6]
+        assert len(thick) == len(by_l2)
+        for line, (_, values) in zip(thick, sorted(by_l2.items())):
+            x, y = line.get_data()
+            assert y[list(x).index(14)] == pytest.approx(float(np.median(values)))
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        for l2, values in by_l2.items():
+            assert f"l2 = {l2:g} ({np.median(values):.0f} %)" in labels
+        faint = [line.get_alpha() for line in ax.get_lines() if line.get_linewidth() == 0.5]
+        assert faint == [pytest.approx(0.8 * math.sqrt(20 / len(s.points[exp])))] * len(s.points[exp])
+
+
 def test_compare_with_sets_each_selection_beside_the_other_suites(tmp_path, monkeypatch):
     """config/relreg-full.yaml's `compare_with: relreg.yaml`: REPORT.md's table of both
     suites' grids, selections, ties and test accuracy at 14 bits, per shared experiment."""

@@ -14,6 +14,7 @@ missing runs give a panel note or a placeholder figure that says what is missing
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
+from matplotlib import patheffects  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -31,6 +33,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from psrnn import config as C  # noqa: E402
 from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
 from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows  # noqa: E402
+from psrnn.relreg.compare import LENGTH  # noqa: E402
 from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
 from psrnn.results.figures import STYLE, _placeholder, save  # noqa: E402
@@ -56,6 +59,8 @@ def _note(ax, text: str) -> None:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per value of the second swept setting (style_key_of)
+DENSE = 100  # grid points above which a sweep panel fades its lines and draws each colour's median
+OUTLINE = [patheffects.withStroke(linewidth=3.6, foreground="white")]  # a median line over the faint ones
 
 
 def color_key(grid: dict[str, Any] | None) -> str | None:
@@ -65,9 +70,11 @@ def color_key(grid: dict[str, Any] | None) -> str | None:
     return next((k for k in REGULARIZERS if k in swept), swept[0] if swept else None)
 
 
-def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
+def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool = False) -> None:
     """Test sequence accuracy (%) against the number of bits: one thin line per finished
-    search run (the selected point thick), the thesis' Table 4.5 row dashed."""
+    search run (the selected point red), the thesis' Table 4.5 row dashed; with `medians`, the
+    median over the points of each colour thick (its value at 14 bits in the legend), and
+    above DENSE points the thin lines faint."""
     ref = _ref(s, ref_id)
     ax.set_title(ref["model"], fontsize=8)
     ax.set_xticks(bits)
@@ -77,7 +84,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
     if ref.get("acc"):
         px = sorted(ref["acc"])
         ax.plot(
-            px, [100 * ref["acc"][k] for k in px], "ks--", mfc="none", lw=0.9, ms=4, label="thesis", zorder=3
+            px, [100 * ref["acc"][k] for k in px], "ks--", mfc="w", lw=0.9, ms=4, label="thesis", zorder=6
         )
     exps = s.experiments_for(ref_id)
     if not exps:
@@ -108,15 +115,36 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int]) -> None:
         return LINE_STYLES[styles.index(value) % len(LINE_STYLES)] if value in styles else "-"
 
     handles = [h for h in ax.get_lines()]  # the thesis' row
+    dense = medians and key is not None and len(lines) > 1
+    faint = len(lines) > DENSE
+    lw, alpha = (0.5, max(0.1, 0.8 * math.sqrt(DENSE / len(lines)))) if faint else (0.8, 0.8)
+    by_level: dict[Any, list[dict[int, float]]] = {}
     for point, m in lines:
         xs = [k for k in bits if str(k) in m.get("test", {})]
         ys = [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
         chosen = overrides.get(point, {})
         style, level = (chosen.get(k) if k else None for k in (style_key, key))
-        ax.plot(xs, ys, dashes(style), color=color(level), lw=0.8, alpha=0.8)
+        ax.plot(xs, ys, dashes(style), color=color(level), lw=lw, alpha=alpha)
+        by_level.setdefault(level, []).append(dict(zip(xs, ys)))
         if s.selected.get(exp) == point:
-            handles += ax.plot(xs, ys, "-", color="C3", lw=2.0, label=f"selected: {point}", zorder=4)
-    handles += [Line2D([], [], color=color(v), lw=1.5, label=f"{key} = {v:g}") for v in levels]
+            handles += ax.plot(xs, ys, "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5)
+    longest = LENGTH if LENGTH in bits else max(bits)
+    if dense:
+        ax.set_title(
+            f"{ref['model']}\n{what}; thick: median per {key} (legend: at {longest} bits)", fontsize=8
+        )
+        for level in levels:
+            xs = [k for k in bits if any(k in c for c in by_level.get(level, []))]
+            ys = [float(np.median([c[k] for c in by_level[level] if k in c])) for k in xs]
+            ax.plot(xs, ys, "-", color=color(level), lw=2.6, zorder=4, path_effects=OUTLINE)
+
+    def median_at(level: Any, k: int) -> str:
+        at = [c[k] for c in by_level.get(level, []) if k in c]
+        return f" ({np.median(at):.0f} %)" if dense and at else ""
+
+    handles += [
+        Line2D([], [], color=color(v), lw=1.5, label=f"{key} = {v:g}{median_at(v, longest)}") for v in levels
+    ]
     handles += [
         Line2D([], [], color="0.35", ls=dashes(v), lw=1.0, label=f"{style_key} = {v:g}") for v in styles
     ]
@@ -146,8 +174,10 @@ def sweeps(s: RelRegSuite, stem: str, rows: int, cols: int) -> Figure:
         return _placeholder(fig, f"none of {', '.join(panels) or 'its rows'} is an experiment of this config")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
     bits = bit_counts(s)
+    counts = [len(s.points.get(e, [])) for p in panels for e in s.experiments_for(p)[:1]]
+    medians = max(counts, default=0) > DENSE  # every panel alike, so that they compare
     for ax, ref_id in zip(axes, panels):
-        sweep_panel(ax, s, ref_id, bits)
+        sweep_panel(ax, s, ref_id, bits, medians)
     for ax in axes[::cols]:
         ax.set_ylabel("test sequence accuracy (%)")
     return fig
