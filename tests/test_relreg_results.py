@@ -717,3 +717,59 @@ def test_tie_sets_say_whether_the_seeds_or_the_tie_break_decide_a_row(tmp_path):
     _set_test(other, 1.0, best_valid_acc=1.0)
     assert ties.tie_lines(R.gather(small, REF, root)) == []
     assert ties.tie_lines(R.gather(cfg, REF, root))[0].startswith("**Selection and seeds at 14 bits.**")
+
+
+def _sweep_tree(root: Path, proto_grid: dict, proto_acc: list[float], paper_scale: bool = True) -> dict:
+    """lstm_l2 and proto_l2 search runs only: lstm_l2 over l2 x {0.01} at 10, 20, ... 60 %
+    (14 bits), proto_l2 over `proto_grid` at `proto_acc` in grid order."""
+    cfg = {**suite_config(("lstm_l2", "proto_l2")), "paper_scale": paper_scale}
+    l2 = [0.0, 0.0001, 0.001, 0.01, 0.1, 1.0]
+    cfg["experiments"]["lstm_l2"]["grid"] = {"l2": l2, "lr": [0.01]}
+    cfg["experiments"]["proto_l2"]["grid"] = proto_grid
+    for exp, accs in (("lstm_l2", [0.1 * (i + 1) for i in range(6)]), ("proto_l2", proto_acc)):
+        for (pid, _), acc in zip(C.grid_points(cfg["experiments"][exp]), accs, strict=True):
+            write_run(root / C.search_dir(cfg, exp, pid), cfg, exp, 0, {k: acc for k in BITS}, pid)
+    return cfg
+
+
+def test_the_sweep_claims_are_tested_on_the_figures_grid_points(tmp_path):
+    """Figure 4.1's claim (proto_l2 more robust over the sweep than lstm_l2): paired by the
+    settings but for the cells, 4 cells only, by a sign test; unpaired grids by Mann-Whitney U."""
+    from psrnn.relreg import robust
+
+    l2 = [0.0, 0.0001, 0.001, 0.01, 0.1, 1.0]
+    # cells 2 and 4 (l2 innermost): the 4-cell points, shown, beat every LSTM point by 0.05;
+    # the 2-cell ones, not shown, would lose
+    cfg = _sweep_tree(
+        tmp_path, {"cells": [2, 4], "l2": l2, "lr": [0.01]}, [0.0] * 6 + [0.15 + 0.1 * i for i in range(6)]
+    )
+    s = R.gather(cfg, REF, tmp_path / C.results_root(cfg))
+    lines = robust.robust_lines(s)
+    assert "Ours (with L2) against LSTM (with L2). Verdict: **supported**." in lines[2]
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line]
+    lstm = [10.0 * (i + 1) for i in range(6)]
+    assert rows[1] == "| Ours (with L2) | proto_l2 | 6 of 12 | 40.00 | 0 of 6 | 40.00 |"
+    assert (
+        rows[2]
+        == f"| LSTM (with L2) | lstm_l2 | 6 of 6 | {np.median(lstm):.2f} | 0 of 6 | {np.mean(lstm):.2f} |"
+    )
+    p = 2 * 0.5**6  # a two-sided sign test of 6 wins, 0 losses
+    assert rows[-1] == f"| proto_l2 against lstm_l2 | sign test, paired | 6 / 0 / 0 | {p:.3f} | supported |"
+
+    # two learning rates for the proto-LSTM, one for the LSTM: no pairs; every proto point
+    # above every LSTM point, P(better > other) = 1, exact two-sided p = 2 / C(18, 6)
+    cfg = _sweep_tree(tmp_path / "u", {"l2": l2, "lr": [0.01, 0.05]}, [0.65 + 0.01 * i for i in range(12)])
+    s = R.gather(cfg, REF, tmp_path / "u" / C.results_root(cfg))
+    [comparison] = [line for line in robust.robust_lines(s) if line.startswith("| proto_l2 against")]
+    p = 2 / math.comb(18, 6)
+    assert comparison == f"| proto_l2 against lstm_l2 | Mann-Whitney U | 1.00 | {p:.3f} | supported |"
+    assert robust.compare(robust.sweep(s, "proto_l2", 14), robust.sweep(s, "lstm_l2", 14)).p == pytest.approx(
+        p
+    )
+
+    # the other way round, and a small config says nothing
+    cfg = _sweep_tree(tmp_path / "l", {"l2": l2, "lr": [0.01]}, [0.05 + 0.1 * i for i in range(6)])
+    s = R.gather(cfg, REF, tmp_path / "l" / C.results_root(cfg))
+    assert "Verdict: **not reproduced**." in robust.robust_lines(s)[2]
+    small = {**cfg, "paper_scale": False}
+    assert robust.robust_lines(R.gather(small, REF, tmp_path / "l" / C.results_root(cfg))) == []

@@ -109,6 +109,17 @@ def paper_value(ref: dict[str, Any] | None, bits: int) -> float | None:
     return None if v is None else 100.0 * float(v)
 
 
+def sweep_points(s: RelRegSuite, exp: str) -> list[tuple[str, dict[str, Any]]]:
+    """The grid points Figures 4.1-4.2 show: a proto experiment's with the reference's
+    `figure_cells` cells ("4 Proto-LSTMs"), all of them where none has that many; every
+    point of the other models."""
+    points = s.points.get(exp, [])
+    k = s.reference.get("figure_cells")
+    if k is None or s.settings.get(exp, {}).get("model") != "proto":
+        return points
+    return [(p, m) for p, m in points if m.get("config", {}).get("cells") == k] or points
+
+
 def tied_points(s: RelRegSuite, exp: str) -> int:
     """Grid points of `exp` whose search run reached 100 % validation sequence accuracy."""
     return sum(1 for _, m in s.points.get(exp, []) if m.get("best_valid_acc") == 1.0)

@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn import config as C  # noqa: E402
 from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
-from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows  # noqa: E402
+from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, sweep_points  # noqa: E402
 from psrnn.relreg.compare import LENGTH  # noqa: E402
 from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
@@ -92,8 +92,11 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
         return
     exp = exps[0]
     grid = s.cfg["experiments"][exp].get("grid")
-    lines = s.points.get(exp) or []
+    lines = sweep_points(s, exp)
+    total = len(s.points.get(exp, []))
     what = f"{exp}: {fmt.plural(len(lines), 'grid point')}"
+    if len(lines) < total:
+        what = f"{exp}: {len(lines)} of {total} grid points ({s.reference['figure_cells']} cells)"
     if not lines:  # no search: the final runs, one line per seed
         lines = [(f"seed {r.seed}", r.metrics) for r in s.runs.get(exp, [])]
         what = f"{exp}: {fmt.plural(len(lines), 'final run')} (no search runs)"
@@ -120,18 +123,20 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     lw, alpha = (0.5, max(0.1, 0.8 * math.sqrt(DENSE / len(lines)))) if faint else (0.8, 0.8)
     by_level: dict[Any, list[dict[int, float]]] = {}
     for point, m in lines:
-        xs = [k for k in bits if str(k) in m.get("test", {})]
-        ys = [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
+        xs, ys = _curve(m, bits)
         chosen = overrides.get(point, {})
         style, level = (chosen.get(k) if k else None for k in (style_key, key))
         ax.plot(xs, ys, dashes(style), color=color(level), lw=lw, alpha=alpha)
         by_level.setdefault(level, []).append(dict(zip(xs, ys)))
+    for point, m in s.points.get(exp, []):  # the selected point, whatever its cells
         if s.selected.get(exp) == point:
-            handles += ax.plot(xs, ys, "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5)
+            handles += ax.plot(
+                *_curve(m, bits), "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5
+            )
     longest = LENGTH if LENGTH in bits else max(bits)
     if dense:
         ax.set_title(
-            f"{ref['model']}\n{what}; thick: median per {key} (legend: at {longest} bits)", fontsize=8
+            f"{ref['model']}\n{what}\nthick: median per {key} (legend: at {longest} bits)", fontsize=8
         )
         for level in levels:
             xs = [k for k in bits if any(k in c for c in by_level.get(level, []))]
@@ -154,6 +159,12 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     )
 
 
+def _curve(m: dict[str, Any], bits: list[int]) -> tuple[list[int], list[float]]:
+    """A run's test sequence accuracy (%) at each of `bits` it was tested on."""
+    xs = [k for k in bits if str(k) in m.get("test", {})]
+    return xs, [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
+
+
 def style_key_of(grid: dict[str, Any] | None, color: str | None) -> str | None:
     """The grid setting the line styles tell apart: the learning rate if swept, else the
     first other numeric setting swept with at most len(LINE_STYLES) values."""
@@ -174,7 +185,7 @@ def sweeps(s: RelRegSuite, stem: str, rows: int, cols: int) -> Figure:
         return _placeholder(fig, f"none of {', '.join(panels) or 'its rows'} is an experiment of this config")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
     bits = bit_counts(s)
-    counts = [len(s.points.get(e, [])) for p in panels for e in s.experiments_for(p)[:1]]
+    counts = [len(sweep_points(s, e)) for p in panels for e in s.experiments_for(p)[:1]]
     medians = max(counts, default=0) > DENSE  # every panel alike, so that they compare
     for ax, ref_id in zip(axes, panels):
         sweep_panel(ax, s, ref_id, bits, medians)

@@ -27,6 +27,7 @@ from psrnn.relreg.collect import (
     short,
 )
 from psrnn.relreg.compare import compare_lines
+from psrnn.relreg.robust import robust_lines
 from psrnn.relreg.ties import selection_lines
 from psrnn.results import fmt
 from psrnn.results.report import hours, reused_note
@@ -75,6 +76,11 @@ def report_markdown(s: RelRegSuite, t: Table, ab: Table, outputs: list[str]) -> 
         to_markdown(ab, s),
         *ablation_lines(s),
         "",
+        *(
+            ["## Figures 4.1-4.2: robustness over the sweep", "", *robust, ""]
+            if (robust := robust_lines(s))
+            else []
+        ),
         "## Where we match and where not",
         "",
         *match_lines(s),
