@@ -54,7 +54,7 @@ def test_paper_defaults_train_the_gru_and_the_40_anchor_model_on_real_digits(tmp
     # scaled by 196/784, 40 anchors kept) and the first 4 of its 10 epochs (SGDR's first
     # cycle is 10 epochs, so these are the study's own epochs), paper.yaml's defaults.
     # Measured (results/recipe/recipe.csv) at epoch 4: GRU 45.2 %, ps30 pred+rec with 40
-    # anchors 39.7 %; under the earlier rule (one global clip at 1) the latter stayed at
+    # anchors 39.3 %; under the earlier rule (one global clip at 1) the latter stayed at
     # 12.3 % at epoch 4 and never passed 17.7 % in 10 epochs.
     study = R.load_study()
     study["epochs"] = 4

@@ -22,7 +22,7 @@ from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, st
 from psrnn import config as C
 from psrnn import studies
 from psrnn.checkpoint import ConfigChanged
-from psrnn.engine import Hooks, fit, metric_keys
+from psrnn.engine import Hooks, fit, hooks_of, metric_keys
 from psrnn.errors import TrainingDiverged
 from psrnn.files import read_json
 from psrnn.relreg.config import RelRegConfig
@@ -78,13 +78,42 @@ CASES: dict[str, Callable[[Path], Case]] = {"psrnn": first_study, "relreg": relr
 
 @pytest.fixture(params=sorted(studies.STUDIES))
 def case(request, tmp_path) -> Case:
+    assert request.param in CASES, f"add CASES[{request.param!r}]: a tiny run of the study (see first_study)"
     return CASES[request.param](tmp_path)
 
 
 def test_every_study_has_a_case_and_hooks_the_engine_can_call():
     assert set(CASES) == set(studies.STUDIES)
     for study in studies.STUDIES.values():
-        assert isinstance(study.engine_hooks(), Hooks), study.name
+        assert isinstance(hooks_of(study), Hooks), study.name
+
+
+def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
+    """A hooks module missing a hook, or history columns without the engine's, is named
+    when the study loads it; the schema's `study` enum is the registry's names."""
+    import dataclasses
+    import sys
+    import types
+
+    from psrnn import study as first
+
+    fake = types.ModuleType("fake_hooks")
+    fake.__dict__.update({k: v for k, v in vars(first).items() if k not in ("build", "finish")})
+    monkeypatch.setitem(sys.modules, "fake_hooks", fake)
+    row = dataclasses.replace(studies.STUDIES["psrnn"], name="fake", hooks="fake_hooks")
+    with pytest.raises(
+        TypeError, match=r"^study fake: fake_hooks lacks build, finish \(psrnn.engine.Hooks\)$"
+    ):
+        hooks_of(row)
+    fake.build, fake.finish = first.build, first.finish
+    fake.HISTORY_COLUMNS = tuple(c for c in first.HISTORY_COLUMNS if c != "epoch")
+    with pytest.raises(TypeError, match=r"^study fake: fake_hooks lacks epoch \(history.csv\)$"):
+        hooks_of(row)
+    fake.HISTORY_COLUMNS = first.HISTORY_COLUMNS
+    assert hooks_of(row) is fake
+    monkeypatch.setitem(studies.STUDIES, "fake", row)
+    assert C.suite_schema()["properties"]["study"]["enum"] == [*studies.STUDIES]
+    assert "fake" in C.suite_schema()["properties"]["study"]["enum"]
 
 
 def test_a_killed_run_resumes_to_exactly_the_uninterrupted_metrics(case, tmp_path):
@@ -205,6 +234,7 @@ CI_CONFIGS = {"psrnn": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's
 def test_compile_writes_every_listed_output_and_the_same_bytes_twice(name, tmp_path, monkeypatch):
     """Before any run has finished (every number missing): the whole compile path, through
     the study's row, for every study; the studies' own tests compile real numbers."""
+    assert name in CI_CONFIGS, f"add CI_CONFIGS[{name!r}]: the study's CI-sized suite config"
     cfg = C.load_suite(C.ROOT / "config" / CI_CONFIGS[name])
     study = studies.study_of(cfg)
     monkeypatch.chdir(tmp_path)

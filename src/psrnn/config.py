@@ -354,6 +354,7 @@ def suite_schema(study: str = studies.DEFAULT) -> dict[str, Any]:
     whose items are checked as that setting is (so a wrong grid value is named before
     any grid point is built)."""
     schema = load_yaml(SCHEMA_PATH)
+    schema["properties"]["study"]["enum"] = list(studies.STUDIES)  # every row of the registry
     overlay = studies.STUDIES[study].schema
     if overlay:
         extra = load_yaml(ROOT / overlay)

@@ -74,6 +74,7 @@ HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without th
 StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
 
 # metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
+ENGINE_COLUMNS = ("epoch",)  # history.csv columns a study must keep: the engine reads them back on resume
 COMMON_METRIC_KEYS = frozenset(
     {
         "experiment",
@@ -151,9 +152,23 @@ class Hooks(Protocol):
     ) -> dict[str, Any]: ...
 
 
+def hooks_of(study: studies.Study) -> Any:
+    """The study's hooks module, checked against Hooks: a missing hook or history column is
+    named here, not met as an AttributeError mid-run."""
+    module = study.engine_hooks()
+    wanted = set(Hooks.__annotations__) | {n for n, v in vars(Hooks).items() if callable(v) and n[0] != "_"}
+    for lacks, what in (
+        ([n for n in sorted(wanted) if not hasattr(module, n)], "(psrnn.engine.Hooks)"),
+        ([c for c in ENGINE_COLUMNS if c not in getattr(module, "HISTORY_COLUMNS", ())], "(history.csv)"),
+    ):
+        if lacks:
+            raise TypeError(f"study {study.name}: {study.hooks} lacks {', '.join(lacks)} {what}")
+    return module
+
+
 def metric_keys(study: studies.Study) -> frozenset[str]:
     """Every key a finished run of `study` records in metrics.json."""
-    return COMMON_METRIC_KEYS | study.engine_hooks().METRIC_KEYS
+    return COMMON_METRIC_KEYS | hooks_of(study).METRIC_KEYS
 
 
 # --- setup -------------------------------------------------------------------------------
@@ -259,7 +274,7 @@ def _fit(
     if done is not None:
         return done
     study = studies.of_settings(run)
-    hooks = study.engine_hooks()
+    hooks = hooks_of(study)
     session_start = time.perf_counter()
     device = pick_device(run.device, log)
     data = hooks.data(run)
@@ -477,5 +492,8 @@ def run_metrics(
     }
     expected = metric_keys(studies.of_settings(run))
     if set(metrics) != expected:  # a new or lost field must update the study's METRIC_KEYS
-        raise AssertionError(f"metrics.json keys differ from the study's: {set(metrics) ^ expected}")
+        raise AssertionError(
+            f"metrics.json keys differ from the study's: missing {sorted(expected - set(metrics))} (its "
+            f"finish must return them), undeclared {sorted(set(metrics) - expected)} (add to its METRIC_KEYS)"
+        )
     return metrics

@@ -53,6 +53,7 @@ from psrnn.engine import (
     best_checkpoint,
     finished,
     fit,
+    hooks_of,
     non_finite_stop,
     note_epoch,
     pick_device,
@@ -139,7 +140,7 @@ def _fit_fused(
 ) -> list[dict[str, Any] | None]:
     run0 = jobs[0].run
     study = studies.of_settings(run0)
-    hooks, module = study.engine_hooks(), importlib.import_module(str(study.fused))
+    hooks, module = hooks_of(study), importlib.import_module(str(study.fused))
     fused = module.Batched
     with contextlib.ExitStack() as held:
         for job in jobs:

@@ -9,7 +9,8 @@ replacing those of config/schema.yaml), its hooks module (the science the engine
 data, model, optimizer, one epoch, evaluation, the run's own outputs; psrnn.engine.Hooks
 says what it holds), its results module (`output_paths(cfg)` and `compile(cfg,
 results_dir, reference)`), its reference numbers, and the facts the shared code asks of
-it. Adding a study is one row here plus those modules (README: "Add a study").
+it. Adding a study is one row here plus those modules (README: "Add your own dataset,
+variant, model or study").
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Study:
         return load(self.run_config)
 
     def engine_hooks(self) -> Any:
+        """The hooks module (psrnn.engine.hooks_of checks it against psrnn.engine.Hooks)."""
         return importlib.import_module(self.hooks)
 
     def output_paths(self, cfg: dict[str, Any]) -> list[Path]:
