@@ -30,7 +30,7 @@ from psrnn.relreg.compare import compare_lines
 from psrnn.relreg.robust import robust_lines
 from psrnn.relreg.ties import selection_lines
 from psrnn.results import fmt
-from psrnn.results.report import hours, reused_note
+from psrnn.results.report import hours, reused_note, tally_lines
 from psrnn.results.tables import Table, to_markdown
 
 # Settings the thesis does not give; ours are listed in the report.
@@ -135,10 +135,7 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"experiments: {', '.join(s.experiments) or 'none'}",
         f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished; "
         f"search runs: {len(s.search)} of {grids} grid points",
-        "- Commits: "
-        + (", ".join(f"`{c}` ({fmt.plural(n, 'run')})" for c, n in sorted(commits.items())) or "none"),
-        "- Machines: "
-        + ("; ".join(f"{m} ({fmt.plural(n, 'run')})" for m, n in sorted(machines.items())) or "none"),
+        *tally_lines(commits, machines),
         f"- Compute: final runs {_hours_text(hours(final))}; grid search {_hours_text(hours(s.search))}; "
         f"total {total:.2f} h{reused_note(final)}",
     ]

@@ -61,6 +61,16 @@ def _hours_text(h: dict[str, float]) -> str:
     return ", ".join(f"{v:.2f} {names.get(k, k)} h" for k, v in h.items())
 
 
+def tally_lines(commits: Counter[str], machines: Counter[str]) -> list[str]:
+    """Provenance's "Commits" and "Machines" lines: each with its number of runs (both studies)."""
+    return [
+        "- Commits: "
+        + (", ".join(f"`{c}` ({fmt.plural(n, 'run')})" for c, n in sorted(commits.items())) or "none"),
+        "- Machines: "
+        + ("; ".join(f"{m} ({fmt.plural(n, 'run')})" for m, n in sorted(machines.items())) or "none"),
+    ]
+
+
 def provenance(s: Suite) -> list[str]:
     runs = all_runs(s)
     expected = len(s.experiments) * len(s.cfg["seeds"])
@@ -78,10 +88,7 @@ def provenance(s: Suite) -> list[str]:
         f"- Config: `{s.name}` (paper_scale: {str(s.paper_scale).lower()}), seeds {sorted(s.cfg['seeds'])}",
         f"- Runs: {len(runs)} of {expected} finished ({fmt.plural(len(s.experiments), 'experiment')} × "
         f"{fmt.plural(len(s.cfg['seeds']), 'seed')}); {fmt.plural(len(s.search), 'grid-search run')}",
-        "- Commits: "
-        + (", ".join(f"`{c}` ({fmt.plural(n, 'run')})" for c, n in sorted(commits.items())) or "none"),
-        "- Machines: "
-        + ("; ".join(f"{m} ({fmt.plural(n, 'run')})" for m, n in sorted(machines.items())) or "none"),
+        *tally_lines(commits, machines),
         f"- Compute: final runs {_hours_text(final)}; grid search {_hours_text(search)}"
         + reused_note([r.metrics for r in runs]),
     ]
