@@ -1,6 +1,7 @@
 """What a user's mistakes and accidents meet: the same numbers however a run was started, a
 second writer refused, one-line errors for broken files and closed pipes, labels checked."""
 
+import importlib
 import json
 import os
 import shutil
@@ -108,6 +109,103 @@ def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, capsys):
         assert main(["train", "--config", str(run_yaml), "--out", str(out), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{last}: not a readable checkpoint" in err[0], err
+    last.write_bytes(b"")  # an empty file: EOFError without a message
+    assert main(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"psrnn train: error: {last}: not a readable checkpoint (EOFError: empty file); delete it to start the run over"
+    ]
+
+
+def test_a_bad_output_path_or_an_interrupt_is_one_line(tmp_path, capsys, monkeypatch):
+    """--out naming a file, a path under a file, a folder where a file goes: the path and
+    what is wrong with it; Ctrl-C: that the same command resumes (exit 130)."""
+    (tmp_path / "afile").write_text("x")
+    cfg = str(C.ROOT / "config" / "small.yaml")
+    cases = [
+        (
+            ["train", "--config", cfg, "--experiment", "mnist_gru", "--out", str(tmp_path / "afile")],
+            "exists and is not a folder",
+        ),
+        (
+            ["train", "--config", cfg, "--experiment", "mnist_gru", "--out", str(tmp_path / "afile" / "x")],
+            "a part of the path is a file, not a folder",
+        ),
+        (["config", cfg, "--dvc-params", str(tmp_path)], "is a folder, not a file"),
+    ]
+    for argv, why in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].endswith(why), err
+    assert (tmp_path / "afile").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("psrnn.training"), "run", interrupted)
+    assert main(["train", "--config", cfg, "--experiment", "mnist_gru"]) == 130
+    assert capsys.readouterr().err.strip() == "psrnn train: interrupted; the same command resumes"
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        (["--set", "lr=.nan"], "lr: nan is not a finite number"),
+        (["--set", "clip=.inf"], "clip: inf is not a finite number"),
+        (["--set", "seed=3"], "--set seed=3: use --seed 3"),
+        (
+            ["--set", "hidden=1"],
+            "shared=0.3: x hidden 1 rounds to 0 shared units: tasks ['pred', 'rec'] need at least 1",
+        ),
+        (
+            ["--selected", "{bad}"],
+            "{bad}: not a selected.json (no 'overrides'; `python -m psrnn select` writes it)",
+        ),
+        (
+            ["--out", "{foreign}"],
+            "{foreign}: a folder of other files, not a run folder; give a new or empty one",
+        ),
+    ],
+)
+def test_values_no_run_can_use_are_refused_before_training(extra, why, tmp_path, capsys):
+    """Each was silent or a traceback: a NaN setting trained and then could not write
+    metrics.json, `--set seed` was ignored, 0 shared units trained a plain GRU, training
+    wrote its files among a folder of the user's own."""
+    bad, foreign = tmp_path / "sel.json", tmp_path / "mine"
+    bad.write_text('{"point": "lr-0.1"}')
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    names = {"bad": bad, "foreign": foreign}
+    argv = [
+        "train",
+        "--config",
+        str(C.ROOT / "config" / "small.yaml"),
+        "--experiment",
+        "mnist_ps30_predrec_a4",
+    ]
+    out = [] if "--out" in extra else ["--out", str(tmp_path / "run")]
+    assert main([*argv, *out, *(x.format(**names) for x in extra)]) == 2
+    assert capsys.readouterr().err.strip() == f"psrnn train: error: {why.format(**names)}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "sel.json"]
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_a_repeated_grid_value_and_digits_over_their_source_are_refused(tmp_path, capsys):
+    (tmp_path / "twice.yaml").write_text(
+        "extends: "
+        + str(C.ROOT / "config" / "small.yaml")
+        + "\nexperiments: {mnist_gru: {grid: {lr: [0.1, 0.1]}}}\n"
+    )
+    assert main(["config", str(tmp_path / "twice.yaml")]) == 2
+    assert "experiments.mnist_gru.grid.lr: [0.1, 0.1] has non-unique elements" in capsys.readouterr().err
+    src = tmp_path / "digits"
+    src.mkdir()
+    assert main(["digits", str(src), str(src)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"psrnn digits: error: {src}: the output folder is the source folder; its digits would be overwritten"
+    )
 
 
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):

@@ -106,15 +106,27 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
     gens.anchors.set_state(state["anchors"])
 
 
+RUN_FILES = ("ckpt_last.pt", "ckpt_best.pt", "history.csv", "metrics.json")  # one of them: a run folder
+
+
+def refuse_foreign(out_dir: Path) -> bool:
+    """False for a folder that is empty or holds a run; a UserError for one of other files
+    (an --out pointing at a folder of the user's own: training would write among them)."""
+    if any(out_dir.iterdir()) and not any((out_dir / f).exists() for f in RUN_FILES):
+        raise UserError(f"{out_dir}: a folder of other files, not a run folder; give a new or empty one")
+    return False
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint's contents on the CPU (RNG states must be CPU tensors); one that cannot
     be read (truncated, another file) is a UserError naming it."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as err:
+        why = (str(err).splitlines() or ["empty file" if path.stat().st_size == 0 else "no message"])[0][:120]
         raise UserError(
-            f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:120]}); "
-            f"delete it to start the run over"
+            f"{path}: not a readable checkpoint ({type(err).__name__}: {why}); "
+            "delete it to start the run over"
         ) from None
 
 

@@ -51,6 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# errors about a path the user gave (an --out, a folder to write): one line, no traceback
+PATH_ERRORS = {
+    errno.ENOSPC: "no space left on the device writing {}",
+    errno.EROFS: "{}: read-only file system",
+    errno.EACCES: "{}: permission denied",
+    errno.EEXIST: "{}: exists and is not a folder",
+    errno.ENOTDIR: "{}: a part of the path is a file, not a folder",
+    errno.EISDIR: "{}: is a folder, not a file",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
@@ -66,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`psrnn config ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # checkpoints and outputs are written whole (psrnn.files)
+        print(f"psrnn {args.command}: interrupted; the same command resumes", file=sys.stderr)
+        return 130
     except OSError as err:
-        if err.errno != errno.ENOSPC:
+        if err.errno not in PATH_ERRORS:
             raise
         # files are written whole or not at all (psrnn.files): nothing half-written stays
+        where = err.filename2 if err.errno == errno.EISDIR and err.filename2 else err.filename
         print(
-            f"psrnn {args.command}: error: no space left on the device writing {err.filename or 'a file'}",
+            f"psrnn {args.command}: error: {PATH_ERRORS[err.errno].format(where or 'a file')}",
             file=sys.stderr,
         )
         return 2

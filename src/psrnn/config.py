@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -172,6 +173,11 @@ def check_run(cfg: RunConfig) -> None:
         bad("shared", "must be in [0, 1]")
     if cfg.hidden < 1:
         bad("hidden", "must be >= 1")
+    if cfg.shared > 0 and cfg.shared_units == 0 and cfg.tasks and cfg.anchors > 0:
+        bad(
+            "shared",
+            f"x hidden {cfg.hidden} rounds to 0 shared units: tasks {list(cfg.tasks)} need at least 1",
+        )
     if any(t not in TASKS for t in cfg.tasks):
         bad("tasks", f"each task must be one of {', '.join(TASKS)}")
     if cfg.anchors < 0:
@@ -362,7 +368,12 @@ def suite_schema(study: str = studies.DEFAULT) -> dict[str, Any]:
         schema["$defs"].update(extra.get("$defs", {}))
     defs = schema["$defs"]
     defs["grid"]["properties"] = {
-        key: {"type": "array", "minItems": 1, "items": {"$ref": f"#/$defs/run/properties/{key}"}}
+        key: {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,  # a repeated value would train one folder twice
+            "items": {"$ref": f"#/$defs/run/properties/{key}"},
+        }
         for key in defs["run"]["properties"]
         if key not in EXPERIMENT_META
     }
@@ -386,8 +397,14 @@ def _validator(definition: str | None = None, study: str = studies.DEFAULT) -> A
     if definition is not None:
         schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine(
-        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    checker = base.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _, value: isinstance(value, int) and not isinstance(value, bool),
+            # .nan and .inf parse as YAML floats: no setting takes one
+            "number": lambda _, value: (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ),
+        }
     )
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
@@ -402,6 +419,8 @@ def _raise_first_error(validator: Any, instance: Any, source: str = "", root: st
     key = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
     custom = e.schema.get("errorMessage") if isinstance(e.schema, dict) else None
     message = f"{e.instance!r} {custom}" if custom else e.message
+    if isinstance(e.instance, float) and not math.isfinite(e.instance):
+        message = f"{e.instance!r} is not a finite number"
     prefix = f"{source}: " if source else ""
     raise ConfigError(f"{prefix}{key.lstrip('.') or '(top level)'}: {message}")
 

@@ -63,6 +63,7 @@ from psrnn.checkpoint import (
     config_differences,
     kernel_env,
     load_last,
+    refuse_foreign,
     save_last,
 )
 from psrnn.errors import TrainingDiverged, UserError
@@ -153,8 +154,7 @@ class Hooks(Protocol):
 
 
 def hooks_of(study: studies.Study) -> Any:
-    """The study's hooks module, checked against Hooks: a missing hook or history column is
-    named here, not met as an AttributeError mid-run."""
+    """The study's hooks module; a hook or history column it lacks is named here, not mid-run."""
     module = study.engine_hooks()
     wanted = set(Hooks.__annotations__) | {n for n, v in vars(Hooks).items() if callable(v) and n[0] != "_"}
     for lacks, what in (
@@ -217,7 +217,7 @@ def sole_writer(out_dir: Path) -> Iterator[None]:
     file is left in it): a second process that trains the same folder at the same time is
     refused; the lock goes with the process, however it ends. A folder made here and left
     empty (the run stopped before writing anything: bad data, say) is removed again."""
-    made = not out_dir.exists()
+    made = not out_dir.exists() or refuse_foreign(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(out_dir, os.O_RDONLY)
     try:

@@ -105,6 +105,8 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
     """(run config, run directory, metadata for metrics.json) from the command line."""
     raw = C.load_yaml(args.config)
     overrides = C.parse_set(args.set)
+    if "seed" in overrides:  # the seed picks the run folder and the search's reuse: one way to set it
+        raise UserError(f"--set seed={overrides['seed']}: use --seed {overrides['seed']}")
     if "experiments" not in raw:  # a flat RunConfig YAML
         if not args.out:
             raise UserError(f"{args.config} is a single-run config: --out <dir> is required")
@@ -132,6 +134,10 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
         if sel.get("experiment", args.experiment) != args.experiment:
             raise UserError(
                 f"{args.selected} belongs to experiment {sel['experiment']!r}, not {args.experiment!r}"
+            )
+        if not isinstance(sel.get("overrides"), dict):
+            raise UserError(
+                f"{args.selected}: not a selected.json (no 'overrides'; `python -m psrnn select` writes it)"
             )
         selected = sel["overrides"]
         if seed == suite["seeds"][0] and sel.get("point") and args.reuse is None:

@@ -54,6 +54,8 @@ def split_digits(src_dir: str | Path, out_dir: str | Path, train: int) -> dict[s
     is kept, so the same source and `train` always give the same files (byte-identical:
     gzip_bytes writes no timestamp).
     """
+    if Path(out_dir).resolve() == Path(src_dir).resolve():
+        raise UserError(f"{out_dir}: the output folder is the source folder; its digits would be overwritten")
     x, y = read_pair(src_dir)
     if not 0 < train < len(y):
         raise UserError(
