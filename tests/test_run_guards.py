@@ -208,6 +208,20 @@ def test_a_repeated_grid_value_and_digits_over_their_source_are_refused(tmp_path
     )
 
 
+def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
+    (tmp_path / "e.json").write_text("[1, 2]")
+    cfg = str(C.ROOT / "config" / "small.yaml")
+    assert main(["check", "--config", cfg, "--expected", str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"{tmp_path / 'e.json'}: not an expected-values file (no 'runs'; `check --update` writes one)"
+    )
+    assert (
+        main(["download", "mnist", "--config", cfg, "--raw", str(tmp_path / "raw"), "--retries", "-1"]) == 2
+    )
+    assert capsys.readouterr().err.strip().endswith("retries=-1: must be at least 1 (attempts per URL)")
+
+
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):
     sel = tmp_path / "selected.json"
     sel.write_text('{"experiment": "lstm_l2", "point"')

@@ -153,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UserError(f"no expected values at {path} (create them with --update)")
     exp = read_json(path)
+    if not isinstance(exp, dict) or not isinstance(exp.get("runs"), dict):
+        raise UserError(f"{path}: not an expected-values file (no 'runs'; `check --update` writes one)")
     exact = all(exp.get("platform", {}).get(k) == plat[k] for k in PLATFORM_KEYS)
     mode = (
         "exact (same platform)"

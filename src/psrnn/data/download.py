@@ -200,6 +200,8 @@ def download(
     raw_dir = Path(raw_dir)
     verify = opts.get("verify", True)
     retries = int(opts.get("retries") or DEFAULT_RETRIES)
+    if retries < 1:
+        raise UserError(f"retries={retries}: must be at least 1 (attempts per URL)")
     expected = expected_md5(src, opts)
     # a failed run must not leave the marker of an earlier complete one behind
     (raw_dir / MARKER).unlink(missing_ok=True)
