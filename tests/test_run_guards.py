@@ -113,7 +113,8 @@ def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, capsys):
     assert main(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"psrnn train: error: {last}: not a readable checkpoint (EOFError: empty file); delete it to start the run over"
+        f"psrnn train: error: {last}: not a readable checkpoint (EOFError: empty file); "
+        "delete it to start the run over"
     ]
 
 
@@ -165,6 +166,14 @@ def test_a_bad_output_path_or_an_interrupt_is_one_line(tmp_path, capsys, monkeyp
             ["--out", "{foreign}"],
             "{foreign}: a folder of other files, not a run folder; give a new or empty one",
         ),
+        (
+            ["--out", "{done}"],
+            "{done}/metrics.json: not a run's metrics.json (no 'config'); delete it to train the run",
+        ),
+        (
+            ["--selected", "{missing}"],
+            "--selected {missing}: no such file (`python -m psrnn select` writes it)",
+        ),
     ],
 )
 def test_values_no_run_can_use_are_refused_before_training(extra, why, tmp_path, capsys):
@@ -175,7 +184,10 @@ def test_values_no_run_can_use_are_refused_before_training(extra, why, tmp_path,
     bad.write_text('{"point": "lr-0.1"}')
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    names = {"bad": bad, "foreign": foreign}
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "metrics.json").write_text("{}")
+    names = {"bad": bad, "foreign": foreign, "done": done, "missing": tmp_path / "nosuch.json"}
     argv = [
         "train",
         "--config",
@@ -186,7 +198,7 @@ def test_values_no_run_can_use_are_refused_before_training(extra, why, tmp_path,
     out = [] if "--out" in extra else ["--out", str(tmp_path / "run")]
     assert main([*argv, *out, *(x.format(**names) for x in extra)]) == 2
     assert capsys.readouterr().err.strip() == f"psrnn train: error: {why.format(**names)}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "sel.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done", "mine", "sel.json"]
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
 
@@ -204,7 +216,8 @@ def test_a_repeated_grid_value_and_digits_over_their_source_are_refused(tmp_path
     err = capsys.readouterr().err.strip()
     assert (
         err
-        == f"psrnn digits: error: {src}: the output folder is the source folder; its digits would be overwritten"
+        == f"psrnn digits: error: {src}: the output folder is the source folder; "
+        + "its digits would be overwritten"
     )
 
 

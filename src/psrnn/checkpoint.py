@@ -109,9 +109,19 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
 RUN_FILES = ("ckpt_last.pt", "ckpt_best.pt", "history.csv", "metrics.json")  # one of them: a run folder
 
 
+def read_metrics(path: Path) -> dict[str, Any]:
+    """A finished run's metrics.json; one without its settings is a UserError naming it."""
+    done = read_json(path)
+    if not isinstance(done, dict) or not isinstance(done.get("config"), dict):
+        raise UserError(f"{path}: not a run's metrics.json (no 'config'); delete it to train the run")
+    return done
+
+
 def refuse_foreign(out_dir: Path) -> bool:
     """False for a folder that is empty or holds a run; a UserError for one of other files
     (an --out pointing at a folder of the user's own: training would write among them)."""
+    if not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a folder")
     if any(out_dir.iterdir()) and not any((out_dir / f).exists() for f in RUN_FILES):
         raise UserError(f"{out_dir}: a folder of other files, not a run folder; give a new or empty one")
     return False

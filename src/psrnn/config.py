@@ -367,13 +367,9 @@ def suite_schema(study: str = studies.DEFAULT) -> dict[str, Any]:
         schema["properties"].update(extra.get("properties", {}))
         schema["$defs"].update(extra.get("$defs", {}))
     defs = schema["$defs"]
+    values = {"type": "array", "minItems": 1, "uniqueItems": True}  # a repeat would train a folder twice
     defs["grid"]["properties"] = {
-        key: {
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,  # a repeated value would train one folder twice
-            "items": {"$ref": f"#/$defs/run/properties/{key}"},
-        }
+        key: {**values, "items": {"$ref": f"#/$defs/run/properties/{key}"}}
         for key in defs["run"]["properties"]
         if key not in EXPERIMENT_META
     }

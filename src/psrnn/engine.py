@@ -63,11 +63,12 @@ from psrnn.checkpoint import (
     config_differences,
     kernel_env,
     load_last,
+    read_metrics,
     refuse_foreign,
     save_last,
 )
 from psrnn.errors import TrainingDiverged, UserError
-from psrnn.files import read_json, torch_save, write_json, write_text
+from psrnn.files import torch_save, write_json, write_text
 from psrnn.machine import PeakMemory, environment
 from psrnn.runlog import diverged_line, divergence, history_csv
 
@@ -396,8 +397,8 @@ def finished(
     metrics_path = out_dir / "metrics.json"
     if not metrics_path.is_file():
         return None
-    done = read_json(metrics_path)
-    diff = config_differences(done.get("config", {}), run)
+    done = read_metrics(metrics_path)
+    diff = config_differences(done["config"], run)
     if not diff:
         log(f"already complete: {metrics_path}")
         return done

@@ -130,6 +130,8 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
     selected = None
     seed = suite["seeds"][0] if args.seed is None else args.seed
     if args.selected:
+        if not Path(args.selected).is_file():
+            raise UserError(f"--selected {args.selected}: no such file (`python -m psrnn select` writes it)")
         sel = read_json(args.selected)
         if sel.get("experiment", args.experiment) != args.experiment:
             raise UserError(
