@@ -233,6 +233,9 @@ def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
         main(["download", "mnist", "--config", cfg, "--raw", str(tmp_path / "raw"), "--retries", "-1"]) == 2
     )
     assert capsys.readouterr().err.strip().endswith("retries=-1: must be at least 1 (attempts per URL)")
+    assert main(["bench", "--quick", "--only", "train", "--batch", "-4", "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.strip() == "psrnn bench: error: --batch -4: must be >= 1"
+    assert not (tmp_path / "b").exists()  # refused before measuring, nothing written
 
 
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):

@@ -204,6 +204,13 @@ def settings_for(args: argparse.Namespace, device: torch.device) -> Settings:
     s = Settings(**{**vars(s), **{k: v for k, v in given.items() if v is not None}})
     if s.warmup < 1 or s.repeats < 1:
         raise UserError("--warmup and --repeats must be >= 1 (the first step is never timed)")
+    for flag, value, least in (
+        ("--batch", s.batch, 1),
+        ("--threads", s.threads, 1),
+        ("--max-tokens", s.max_tokens, 0),
+    ):
+        if value is not None and value < least:
+            raise UserError(f"{flag} {value}: must be >= {least}")
     return s
 
 
