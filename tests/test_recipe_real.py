@@ -39,8 +39,21 @@ def test_split_digits_writes_the_four_upstream_files_in_order(tmp_path):
     assert (again / "train-images-idx3-ubyte.gz").read_bytes() == (
         tmp_path / "train-images-idx3-ubyte.gz"
     ).read_bytes()
-    with pytest.raises(UserError, match="--train 10000"):
+    with pytest.raises(
+        UserError, match=f"^--train 10000: must be between 1 and 9999 \\({DIGITS} holds 10000 digits\\)$"
+    ):
         split_digits(DIGITS, tmp_path / "bad", 10000)
+    with pytest.raises(UserError, match="^the study's digits.train 10000: "):  # as recipe says it
+        split_digits(DIGITS, tmp_path / "bad", 10000, what="the study's digits.train")
+
+
+def test_an_unknown_recipe_is_refused_before_any_digit_is_cut(tmp_path, capsys):
+    from psrnn.cli import main
+
+    argv = ["recipe", "--digits", str(tmp_path / "none"), "--only", "nosuch", "--data", str(tmp_path / "d")]
+    assert main(argv) == 2
+    assert "--only: unknown recipe(s) nosuch; known: " in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 def test_missing_digits_are_named(tmp_path):

@@ -77,7 +77,7 @@ def prepare_digits(study: dict[str, Any], digits: str | Path, data_root: str | P
         same = all(m["options"].get(k) == v for k, v in opts.items())
         if same and m["counts"]["train"] + m["counts"]["valid"] == d["train"]:
             return prepared
-    split_digits(digits, root / "raw" / "mnist", d["train"])
+    split_digits(digits, root / "raw" / "mnist", d["train"], what="the study's digits.train")
     prepare("mnist", root / "raw" / "mnist", prepared, opts)
     return prepared
 
@@ -406,6 +406,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     only = [s.strip() for s in args.only.split(",")] if args.only else None
+    unknown = [n for n in only or [] if n not in study["recipes"]]
+    if unknown:  # before the digits are cut and prepared
+        raise UserError(
+            f"--only: unknown recipe(s) {', '.join(unknown)}; known: {', '.join(study['recipes'])}"
+        )
     if not Path(args.digits).is_dir():
         raise UserError(f"--digits {args.digits}: no such folder")
     configs, histories = run_study(

@@ -47,7 +47,9 @@ def read_pair(src_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def split_digits(src_dir: str | Path, out_dir: str | Path, train: int) -> dict[str, int]:
+def split_digits(
+    src_dir: str | Path, out_dir: str | Path, train: int, what: str = "--train"
+) -> dict[str, int]:
     """Write the four upstream-named files into out_dir; returns {"train": n, "test": n}.
 
     Each file is written whole or not at all (files.write_bytes); the order of the digits
@@ -59,7 +61,7 @@ def split_digits(src_dir: str | Path, out_dir: str | Path, train: int) -> dict[s
     x, y = read_pair(src_dir)
     if not 0 < train < len(y):
         raise UserError(
-            f"--train {train}: must be between 1 and {len(y) - 1} (the source holds {len(y)} digits)"
+            f"{what} {train}: must be between 1 and {len(y) - 1} ({src_dir} holds {len(y)} digits)"
         )
     out = Path(out_dir)
     counts = {}
