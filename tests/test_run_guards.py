@@ -236,6 +236,11 @@ def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
     assert main(["bench", "--quick", "--only", "train", "--batch", "-4", "--out", str(tmp_path / "b")]) == 2
     assert capsys.readouterr().err.strip() == "psrnn bench: error: --batch -4: must be >= 1"
     assert not (tmp_path / "b").exists()  # refused before measuring, nothing written
+    relreg = str(C.ROOT / "config" / "relreg-ci.yaml")
+    for command, section in (("prepare", "prepare"), ("download", "source")):
+        assert main([command, "bincounter", "--config", relreg]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"relreg-ci.yaml: study relreg's runs make their own data: nothing to {section}")
 
 
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):

@@ -3,14 +3,13 @@
     python -m psrnn config config/small.yaml            # validate, print the runs
     python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
 
-A *suite config* (`config/small.yaml`, `config/paper.yaml`) names the datasets, the seeds,
-the defaults and the experiments; it is validated against `config/schema.yaml` (JSON
-Schema 2020-12) before anything runs. Every experiment resolves, per seed, to one flat
-`RunConfig`: defaults < experiment < selected grid point < command-line `--set`.
-
-Config files and `--set` values are read by `ConfigLoader`: YAML as PyYAML reads it, except
-that 1e-3 is a number (as in YAML 1.2) and a repeated key is an error. Grid points and the
-folders of data, runs and searches: psrnn.paths (importable from here too).
+A *suite config* (`config/small.yaml`, `config/paper.yaml`) names the datasets, seeds,
+defaults and experiments; it is validated against `config/schema.yaml` (JSON Schema
+2020-12) before anything runs. Every experiment resolves, per seed, to one flat `RunConfig`:
+defaults < experiment < selected grid point < command-line `--set`. Config files and `--set`
+values are read by `ConfigLoader`: YAML as PyYAML reads it, except that 1e-3 is a number (as
+in YAML 1.2) and a repeated key is an error. Grid points and the folders of data, runs and
+searches: psrnn.paths (importable from here too).
 """
 
 from __future__ import annotations
@@ -386,20 +385,18 @@ def suite_schema(study: str = studies.DEFAULT) -> dict[str, Any]:
 @functools.cache
 def _validator(definition: str | None = None, study: str = studies.DEFAULT) -> Any:
     """A JSON Schema validator of a whole suite config of `study`, or of one of its `$defs`
-    (run, seed). "integer" is strict: 64.0 (or 1e2) is not an integer, as Python sees it."""
+    (run, seed). "integer" is strict: 64.0 (or 1e2) is not an integer, as Python sees it;
+    "number" is finite (.nan and .inf parse as YAML floats: no setting takes one)."""
     import jsonschema
 
     schema = suite_schema(study)
     if definition is not None:
         schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine_many(
+    checker = base.TYPE_CHECKER.redefine_many(  # True is an int to Python, not to a config
         {
-            "integer": lambda _, value: isinstance(value, int) and not isinstance(value, bool),
-            # .nan and .inf parse as YAML floats: no setting takes one
-            "number": lambda _, value: (
-                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            ),
+            "integer": lambda _, v: isinstance(v, int) and type(v) is not bool,
+            "number": lambda _, v: isinstance(v, int | float) and type(v) is not bool and math.isfinite(v),
         }
     )
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
@@ -450,6 +447,10 @@ def dataset_options(path: str | Path, dataset: str, section: str) -> tuple[dict[
     cfg = load_suite(path)
     if dataset not in cfg["datasets"]:
         raise ConfigError(f"{path}: dataset {dataset!r} is not listed under datasets")
+    if not studies.study_of(cfg).data_jobs:
+        raise ConfigError(
+            f"{path}: study {cfg.get('study')}'s runs make their own data: nothing to {section}"
+        )
     return cfg, dict(cfg["datasets"][dataset].get(section) or {})
 
 

@@ -302,8 +302,8 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict
 
 
 def run(args: argparse.Namespace) -> int:
+    raw, opts, stamp = source_options(args)  # a config says first whether its study downloads
     source(args.dataset)
-    raw, opts, stamp = source_options(args)
     record = download(args.dataset, raw, opts, stamp=stamp)
     total = sum(f["bytes"] for f in record["files"].values())
     print(f"{args.dataset}: {len(record['files'])} file(s), {total / 1e6:.1f} MB in {raw}")
