@@ -117,14 +117,14 @@ def read_metrics(path: Path) -> dict[str, Any]:
     return done
 
 
-def refuse_foreign(out_dir: Path) -> bool:
-    """False for a folder that is empty or holds a run; a UserError for one of other files
-    (an --out pointing at a folder of the user's own: training would write among them)."""
-    if not out_dir.is_dir():
+def refuse_foreign(out_dir: Path) -> Path:
+    """`train --out`'s folder, if it is new, empty or holds a run; a UserError for a file or
+    a folder of other files (one of the user's own: training would write among them)."""
+    if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a folder")
-    if any(out_dir.iterdir()) and not any((out_dir / f).exists() for f in RUN_FILES):
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not any((out_dir / f).exists() for f in RUN_FILES):
         raise UserError(f"{out_dir}: a folder of other files, not a run folder; give a new or empty one")
-    return False
+    return out_dir
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

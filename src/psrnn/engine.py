@@ -64,7 +64,6 @@ from psrnn.checkpoint import (
     kernel_env,
     load_last,
     read_metrics,
-    refuse_foreign,
     save_last,
 )
 from psrnn.errors import TrainingDiverged, UserError
@@ -218,7 +217,7 @@ def sole_writer(out_dir: Path) -> Iterator[None]:
     file is left in it): a second process that trains the same folder at the same time is
     refused; the lock goes with the process, however it ends. A folder made here and left
     empty (the run stopped before writing anything: bad data, say) is removed again."""
-    made = not out_dir.exists() or refuse_foreign(out_dir)
+    made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(out_dir, os.O_RDONLY)
     try:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from psrnn import config as C
-from psrnn.checkpoint import ConfigChanged, Generators, config_differences  # noqa: F401 (re-exports)
+from psrnn.checkpoint import ConfigChanged, Generators, config_differences, refuse_foreign  # noqa: F401 (re-exports)
 from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest  # noqa: F401 (re-exports)
 from psrnn.engine import HEARTBEAT_S, StepHook, fit, metric_keys, pick_device, seed_everything  # noqa: F401
 from psrnn.epoch import (  # noqa: F401 (re-exports: the first study's step mechanics, psrnn.epoch)
@@ -118,7 +118,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
         cfg = C.coerce_run(values)
         stem = Path(args.config).stem
         meta = {"experiment": stem, "config_name": stem, "point": None}
-        return cfg, Path(args.out), meta
+        return cfg, refuse_foreign(Path(args.out)), meta
     suite = C.load_suite(args.config)
     if not args.experiment:
         raise UserError(
@@ -149,7 +149,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
         suite, args.experiment, seed, point=args.point, selected=selected, overrides=overrides
     )
     if args.out:
-        out = Path(args.out)
+        out = refuse_foreign(Path(args.out))
     elif args.point:
         out = C.search_dir(suite, args.experiment, args.point)
     else:
