@@ -212,6 +212,10 @@ def test_unknown_ref_is_a_config_error(tmp_path, monkeypatch):
     cfg["experiments"]["lstm_l2"]["ref"] = "table45/lstm-l3"
     with pytest.raises(C.ConfigError, match="experiments.lstm_l2.ref"):
         R.compile(cfg, C.results_root(cfg), R.REFERENCE_PATH)
+    mine = tmp_path / "mine.yaml"  # compile --reference: the file given is the one named
+    mine.write_text(R.REFERENCE_PATH.read_text())
+    with pytest.raises(C.ConfigError, match=f"'table45/lstm-l3' is not a row of {mine}$"):
+        R.compile(cfg, C.results_root(cfg), mine)
 
 
 # --- Table 4.5 ----------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
     for name, exp in cfg["experiments"].items():
         if exp.get("ref") is not None and exp["ref"] not in known:
             raise C.ConfigError(
-                f"experiments.{name}.ref: {exp['ref']!r} is not a row of {REFERENCE_PATH.name}"
+                f"experiments.{name}.ref: {exp['ref']!r} is not a row of "
+                f"{reference.get('file', REFERENCE_PATH.name)}"
             )
 
 

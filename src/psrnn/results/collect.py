@@ -83,7 +83,8 @@ def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"reference file not found: {path}")
     with path.open() as fh:
-        return yaml.safe_load(fh)
+        data = yaml.safe_load(fh)
+    return {**data, "file": str(path)}  # named by the checks of its `ref:`s
 
 
 def reference_ids(reference: dict[str, Any]) -> set[str]:
@@ -96,7 +97,10 @@ def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
     for name, exp in cfg["experiments"].items():
         ref = exp.get("ref")
         if ref is not None and ref not in known:
-            raise C.ConfigError(f"experiments.{name}.ref: {ref!r} is not a row of config/reference.yaml")
+            raise C.ConfigError(
+                f"experiments.{name}.ref: {ref!r} is not a row of "
+                f"{reference.get('file', 'config/reference.yaml')}"
+            )
 
 
 # --- runs ---------------------------------------------------------------------------------
