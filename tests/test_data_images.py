@@ -391,6 +391,8 @@ def test_training_on_a_damaged_split_is_one_line(prepared, tmp_path, capsys):
     )
     path = prepared / "train.pt"
     path.write_bytes(path.read_bytes()[:-200])
-    line = one_line_error(["train", "--config", str(run_yaml), "--out", str(tmp_path / "run")], capsys)
+    line = one_line_error(
+        ["train", "--config", str(run_yaml), "--out", str(tmp_path / "run" / "a" / "b")], capsys
+    )
     assert line.startswith(f"psrnn train: error: {path} is damaged (") and line.endswith(RERUN)
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists()  # every folder the run made, not only its own

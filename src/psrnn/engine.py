@@ -215,9 +215,9 @@ def seed_everything(seed: int, device: torch.device) -> None:
 def sole_writer(out_dir: Path) -> Iterator[None]:
     """Hold the run folder for this process (an advisory lock on the folder itself, so no
     file is left in it): a second process that trains the same folder at the same time is
-    refused; the lock goes with the process, however it ends. A folder made here and left
-    empty (the run stopped before writing anything: bad data, say) is removed again."""
-    made = not out_dir.exists()
+    refused; the lock goes with the process, however it ends. Folders made here and left
+    empty (the run stopped before writing anything: bad data, say) are removed again."""
+    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # innermost first
     out_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(out_dir, os.O_RDONLY)
     try:
@@ -230,8 +230,9 @@ def sole_writer(out_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-        if made and not any(out_dir.iterdir()):
-            out_dir.rmdir()
+        with contextlib.suppress(OSError):  # not empty (another run's folder beside it): kept
+            for folder in made:
+                folder.rmdir()
 
 
 def fit(
