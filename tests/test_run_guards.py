@@ -243,6 +243,19 @@ def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
         assert err.endswith(f"relreg-ci.yaml: study relreg's runs make their own data: nothing to {section}")
 
 
+def test_an_experiment_of_a_switched_off_dataset_says_so(tmp_path, capsys):
+    """quick-imdb.yaml switches MNIST off: not 'prepared dataset not found, run prepare'."""
+    cfg = C.ROOT / "config" / "quick-imdb.yaml"
+    assert (
+        main(["train", "--config", str(cfg), "--experiment", "mnist_gru", "--out", str(tmp_path / "r")]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err == f"psrnn train: error: mnist_gru: its dataset mnist is switched off in {cfg} " + (
+        "(datasets.mnist.enabled)"
+    )
+    assert not (tmp_path / "r").exists()
+
+
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):
     sel = tmp_path / "selected.json"
     sel.write_text('{"experiment": "lstm_l2", "point"')

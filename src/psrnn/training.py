@@ -125,6 +125,12 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
             f"{args.config} is a suite config: --experiment is required; known: "
             f"{', '.join(sorted(suite['experiments']))}"
         )
+    dataset = (suite["experiments"].get(args.experiment) or {}).get("dataset")
+    if dataset and args.experiment not in C.enabled_experiments(suite):
+        raise UserError(
+            f"{args.experiment}: its dataset {dataset} is switched off in {args.config} "
+            f"(datasets.{dataset}.enabled)"
+        )
     if args.point and args.selected:
         raise UserError("--point (a search run) and --selected (a final run) exclude each other")
     selected = None
