@@ -243,6 +243,32 @@ def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
         assert err.endswith(f"relreg-ci.yaml: study relreg's runs make their own data: nothing to {section}")
 
 
+def test_train_group_reads_selected_json_as_train_does(tmp_path, capsys):
+    """One reader (psrnn.selection.read_selected) for both commands: was a KeyError here."""
+    bad = tmp_path / "sel.json"
+    bad.write_text('{"point": "l2-0.0"}')
+    cfg = str(C.ROOT / "config" / "relreg.yaml")
+    assert (
+        main(
+            [
+                "train-group",
+                "--config",
+                cfg,
+                "--experiment",
+                "lstm_l2",
+                "--seeds",
+                "1",
+                "--selected",
+                str(bad),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    why = "not a selected.json (no 'overrides'; `python -m psrnn select` writes it)"
+    assert err == f"psrnn train-group: error: {bad}: {why}"
+
+
 def test_an_experiment_of_a_switched_off_dataset_says_so(tmp_path, capsys):
     """quick-imdb.yaml switches MNIST off: not 'prepared dataset not found, run prepare'."""
     cfg = C.ROOT / "config" / "quick-imdb.yaml"

@@ -63,9 +63,10 @@ from psrnn.engine import (
     sole_writer,
 )
 from psrnn.errors import TrainingDiverged, UserError
-from psrnn.files import read_json, torch_save, write_json, write_text
+from psrnn.files import torch_save, write_json, write_text
 from psrnn.machine import PeakMemory
 from psrnn.runlog import diverged_line, divergence, history_csv
+from psrnn.selection import read_selected
 
 SAVE_EVERY_S = 60.0  # seconds of training between a group's checkpoints
 
@@ -363,7 +364,7 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
         if C.has_grid(suite, exp):
             if not args.selected:
                 raise UserError(f"--seeds: experiment {exp} has a grid, so --selected is required")
-            sel = read_json(args.selected)
+            sel = read_selected(args.selected, exp)
             selected, reuse_point = sel["overrides"], sel.get("point")
         jobs = []
         for seed in args.seeds:

@@ -59,6 +59,19 @@ def select(
     }
 
 
+def read_selected(path: str | Path, experiment: str) -> dict[str, Any]:
+    """A selected.json for `experiment` (`train --selected`, `train-group --selected`); a
+    missing file, another experiment's or one without overrides is a UserError naming it."""
+    if not Path(path).is_file():
+        raise UserError(f"--selected {path}: no such file (`python -m psrnn select` writes it)")
+    sel = read_json(path)
+    if not isinstance(sel, dict) or not isinstance(sel.get("overrides"), dict):
+        raise UserError(f"{path}: not a selected.json (no 'overrides'; `python -m psrnn select` writes it)")
+    if sel.get("experiment", experiment) != experiment:
+        raise UserError(f"{path} belongs to experiment {sel['experiment']!r}, not {experiment!r}")
+    return sel
+
+
 def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any]]:
     """metrics.json of every finished grid point of `experiment` (point id -> dict)."""
     out = {}

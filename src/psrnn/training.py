@@ -44,10 +44,10 @@ from psrnn.epoch import (  # noqa: F401 (re-exports: the first study's step mech
     train_epoch,
 )
 from psrnn.errors import UserError
-from psrnn.files import read_json
 from psrnn.machine import PeakMemory, cpu_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms  # noqa: F401 (re-exports)
 from psrnn.runlog import clock, diverged_line, divergence, heartbeat_line, history_csv, write_npz  # noqa: F401
+from psrnn.selection import read_selected
 from psrnn.studies import STUDIES
 from psrnn.study import (  # noqa: F401 (re-exports: the first study's hooks, psrnn.study)
     HISTORY_COLUMNS,
@@ -136,17 +136,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
     selected = None
     seed = suite["seeds"][0] if args.seed is None else args.seed
     if args.selected:
-        if not Path(args.selected).is_file():
-            raise UserError(f"--selected {args.selected}: no such file (`python -m psrnn select` writes it)")
-        sel = read_json(args.selected)
-        if sel.get("experiment", args.experiment) != args.experiment:
-            raise UserError(
-                f"{args.selected} belongs to experiment {sel['experiment']!r}, not {args.experiment!r}"
-            )
-        if not isinstance(sel.get("overrides"), dict):
-            raise UserError(
-                f"{args.selected}: not a selected.json (no 'overrides'; `python -m psrnn select` writes it)"
-            )
+        sel = read_selected(args.selected, args.experiment)
         selected = sel["overrides"]
         if seed == suite["seeds"][0] and sel.get("point") and args.reuse is None:
             # the search trained the selected point with this seed: the same run (adopt checks)
