@@ -104,6 +104,12 @@ def per_length(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> Su
     return bounded(summarize(values, 100.0), *PERCENT, wide=WIDE_PP)
 
 
+def seq_at(metrics: dict[str, Any], bits: int) -> float | None:
+    """A run's test sequence accuracy (%) on `bits`-bit numbers, None where it has none."""
+    v = metrics.get("test", {}).get(str(bits), {}).get("seq_acc")
+    return None if v is None else 100.0 * float(v)
+
+
 def paper_value(ref: dict[str, Any] | None, bits: int) -> float | None:
     """The thesis' value in %, None where it prints none."""
     v = (ref or {}).get("acc", {}).get(bits)
@@ -177,9 +183,15 @@ def cells(s: Suite, extra: bool = False) -> list[dict[str, Any]]:
 # --- the selection rule, stated from the settings ---------------------------------------------------
 
 
-def _and(items: list[str]) -> str:
+def joined(items: list[str]) -> str:
     """'4', '4 and 5', '4, 5 and 6'."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def on_training(st: dict[str, Any]) -> bool:
+    """Whether a run with settings `st` selects on the training length alone."""
+    valid = [int(k) for k in st.get("valid_bits", [])]
+    return bool(valid) and set(valid) == {int(st["train_bits"])}
 
 
 def selection_data(st: dict[str, Any]) -> str:
@@ -190,10 +202,10 @@ def selection_data(st: dict[str, Any]) -> str:
         return fmt.DASH
     sizes = [min(2**k, int(count)) for k in valid]
     whole = all(2**k <= int(count) for k in valid)
-    numbers = f"{'all ' if whole else ''}{sum(sizes):,} numbers of {_and([str(k) for k in valid])} bits"
+    numbers = f"{'all ' if whole else ''}{sum(sizes):,} numbers of {joined([str(k) for k in valid])} bits"
     if min(valid) > train:
         return f"{numbers}, longer than the {train}-bit training numbers"
-    if set(valid) == {train}:
+    if on_training(st):
         return f"{numbers}, the training numbers themselves (no longer number)"
     return f"{numbers}, the {train}-bit training length included"
 

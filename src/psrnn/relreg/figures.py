@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn import config as C  # noqa: E402
 from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
-from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, sweep_points  # noqa: E402
+from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, seq_at, sweep_points  # noqa: E402
 from psrnn.relreg.compare import LENGTH  # noqa: E402
 from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
@@ -161,8 +161,8 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
 
 def _curve(m: dict[str, Any], bits: list[int]) -> tuple[list[int], list[float]]:
     """A run's test sequence accuracy (%) at each of `bits` it was tested on."""
-    xs = [k for k in bits if str(k) in m.get("test", {})]
-    return xs, [100 * float(m["test"][str(k)]["seq_acc"]) for k in xs]
+    found = [(k, a) for k in bits if (a := seq_at(m, k)) is not None]
+    return [k for k, _ in found], [a for _, a in found]
 
 
 def style_key_of(grid: dict[str, Any] | None, color: str | None) -> str | None:

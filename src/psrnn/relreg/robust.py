@@ -26,7 +26,7 @@ from typing import Any
 from scipy import stats
 
 from psrnn import config as C
-from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, sweep_points
+from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, seq_at, sweep_points
 from psrnn.relreg.compare import LENGTH
 from psrnn.results import fmt
 
@@ -67,11 +67,9 @@ def sweep(s: RelRegSuite, exp: str, bits: int) -> Sweep:
     grid = dict(C.grid_points(s.cfg["experiments"][exp]))
     values = {}
     for point, m in sweep_points(s, exp):
-        acc = m.get("test", {}).get(str(bits), {}).get("seq_acc")
+        acc = seq_at(m, bits)
         if acc is not None:
-            values[tuple(sorted((k, v) for k, v in grid.get(point, {}).items() if k != "cells"))] = (
-                100.0 * acc
-            )
+            values[tuple(sorted((k, v) for k, v in grid.get(point, {}).items() if k != "cells"))] = acc
     return Sweep(exp, values, len(s.points.get(exp, [])))
 
 

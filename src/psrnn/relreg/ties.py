@@ -20,7 +20,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from psrnn.relreg.collect import RelRegSuite, paper_value, reference_rows, rows, tied_points
+from psrnn.relreg.collect import (
+    RelRegSuite,
+    joined,
+    on_training,
+    paper_value,
+    reference_rows,
+    rows,
+    seq_at,
+    tied_points,
+)
 from psrnn.relreg.compare import LENGTH
 from psrnn.results import fmt
 
@@ -61,24 +70,19 @@ class Ties:
         return "tie-break" if self.reaching else "— (no tied point reaches it)"
 
 
-def _at(metrics: dict, bits: int) -> float | None:
-    v = metrics.get("test", {}).get(str(bits), {}).get("seq_acc")
-    return None if v is None else 100.0 * v
-
-
 def ties(s: RelRegSuite, exp: str, bits: int = LENGTH) -> Ties:
     points = s.points.get(exp, [])
     found = dict(points)
-    tied = [_at(m, bits) for _, m in points if m.get("best_valid_acc") == 1.0]
+    tied = [seq_at(m, bits) for _, m in points if m.get("best_valid_acc") == 1.0]
     chosen = found.get(s.selected.get(exp) or "")
-    finals = [_at(r.metrics, bits) for r in s.runs.get(exp, [])]
+    finals = [seq_at(r.metrics, bits) for r in s.runs.get(exp, [])]
     return Ties(
         experiment=exp,
         bits=bits,
         thesis=paper_value(reference_rows(s.reference).get(s.ref_of(exp) or ""), bits),
         points=len(points),
         tied=[a for a in tied if a is not None],
-        selected=None if chosen is None else _at(chosen, bits),
+        selected=None if chosen is None else seq_at(chosen, bits),
         finals=[a for a in finals if a is not None],
     )
 
@@ -95,7 +99,7 @@ def selection_lines(s: RelRegSuite) -> list[str]:
     if not tied:
         return []
     counts = "; ".join(f"{e} {n} of {len(s.points.get(e, []))} (on {_bits(s.settings[e])})" for e, n in tied)
-    ablated = any(_on_training(s.settings[e]) for e in s.experiments)
+    ablated = any(on_training(s.settings[e]) for e in s.experiments)
     table = tie_lines(s)
     return [
         "- **Selection.** Many grid points tie at 100 % validation sequence accuracy, and the lower "
@@ -106,16 +110,10 @@ def selection_lines(s: RelRegSuite) -> list[str]:
     ]
 
 
-def _on_training(st: dict) -> bool:
-    """Whether a run with settings `st` selects on the training length alone."""
-    valid = [int(k) for k in st.get("valid_bits", [])]
-    return bool(valid) and set(valid) == {int(st["train_bits"])}
-
-
 def _bits(st: dict) -> str:
     """'4 and 5 bits': the lengths a run with settings `st` selects on."""
     ks = [str(k) for k in st.get("valid_bits", [])]
-    return (ks[0] if len(ks) == 1 else f"{', '.join(ks[:-1])} and {ks[-1]}") + " bits" if ks else fmt.DASH
+    return f"{joined(ks)} bits" if ks else fmt.DASH
 
 
 def tie_lines(s: RelRegSuite, bits: int = LENGTH) -> list[str]:
