@@ -74,8 +74,8 @@ from psrnn.runlog import diverged_line, divergence, history_csv
 HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
 StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
 
-# metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
 ENGINE_COLUMNS = ("epoch",)  # history.csv columns a study must keep: the engine reads them back on resume
+# metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
 COMMON_METRIC_KEYS = frozenset(
     {
         "experiment",
