@@ -166,10 +166,8 @@ def measure_kind(
             pid = C.grid_points(suite["experiments"][name])[0][0]
             cmd = [sys.executable, "-m", "psrnn", "train", *common, "--seed", str(seed), "--point", pid]
             timed([*cmd, "--out", str(here / "warm-up")], here, env, here / "warm-up.log")
-        alone, alone_points = (
-            [],
-            [pid for pid, _ in C.grid_points(suite["experiments"][name])[: s.alone_runs]],
-        )
+        alone = []
+        alone_points = [pid for pid, _ in C.grid_points(suite["experiments"][name])[: s.alone_runs]]
         for i, pid in enumerate(alone_points):
             cmd = [sys.executable, "-m", "psrnn", "train", *common, "--seed", str(seed), "--point", pid]
             out = ["--out", str(here / "alone" / pid)]

@@ -134,21 +134,31 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
                 *_curve(m, bits), "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5
             )
     longest = LENGTH if LENGTH in bits else max(bits)
+    # each colour's median over its points, per number of bits (drawn thick, named in the legend)
+    medians_of = {
+        level: {
+            k: float(np.median(at)) for k in bits if (at := [c[k] for c in by_level.get(level, []) if k in c])
+        }
+        for level in (levels if dense else [])
+    }
     if dense:
         ax.set_title(
             f"{ref['model']}\n{what}\nthick: median per {key} (legend: at {longest} bits)", fontsize=8
         )
-        for level in levels:
-            xs = [k for k in bits if any(k in c for c in by_level.get(level, []))]
-            ys = [float(np.median([c[k] for c in by_level[level] if k in c])) for k in xs]
-            ax.plot(xs, ys, "-", color=color(level), lw=2.6, zorder=4, path_effects=OUTLINE)
-
-    def median_at(level: Any, k: int) -> str:
-        at = [c[k] for c in by_level.get(level, []) if k in c]
-        return f" ({np.median(at):.0f} %)" if dense and at else ""
-
+        for level, med in medians_of.items():
+            ax.plot(
+                list(med), list(med.values()), "-", color=color(level), lw=2.6, zorder=4, path_effects=OUTLINE
+            )
     handles += [
-        Line2D([], [], color=color(v), lw=1.5, label=f"{key} = {v:g}{median_at(v, longest)}") for v in levels
+        Line2D(
+            [],
+            [],
+            color=color(v),
+            lw=1.5,
+            label=f"{key} = {v:g}"
+            + (f" ({medians_of[v][longest]:.0f} %)" if longest in medians_of.get(v, {}) else ""),
+        )
+        for v in levels
     ]
     handles += [
         Line2D([], [], color="0.35", ls=dashes(v), lw=1.0, label=f"{style_key} = {v:g}") for v in styles
