@@ -280,6 +280,12 @@ def test_an_experiment_of_a_switched_off_dataset_says_so(tmp_path, capsys):
         "(datasets.mnist.enabled)"
     )
     assert not (tmp_path / "r").exists()
+    assert main(["train-group", "--config", str(cfg), "--experiment", "mnist_gru"]) == 2  # the same check
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("mnist_gru: its dataset mnist is switched off in " + (f"{cfg} (datasets.mnist.enabled)"))
+    )
 
 
 def test_truncated_json_files_are_one_line_naming_them(tmp_path, capsys):

@@ -66,7 +66,7 @@ from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import torch_save, write_json, write_text
 from psrnn.machine import PeakMemory
 from psrnn.runlog import diverged_line, divergence, history_csv
-from psrnn.selection import read_selected
+from psrnn.selection import read_selected, refuse_switched_off
 
 SAVE_EVERY_S = 60.0  # seconds of training between a group's checkpoints
 
@@ -359,6 +359,7 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
     exp, name = args.experiment, suite["name"]
     if exp not in suite["experiments"]:
         raise UserError(f"unknown experiment {exp!r}; known: {', '.join(sorted(suite['experiments']))}")
+    refuse_switched_off(suite, exp, args.config)
     if args.seeds:  # final runs
         selected, reuse_point = None, None
         if C.has_grid(suite, exp):

@@ -72,6 +72,16 @@ def read_selected(path: str | Path, experiment: str) -> dict[str, Any]:
     return sel
 
 
+def refuse_switched_off(suite: dict[str, Any], experiment: str, source: str) -> None:
+    """An experiment whose dataset the suite switches off is named as such (train and
+    train-group), not met later as 'prepared dataset not found'."""
+    dataset = (suite["experiments"].get(experiment) or {}).get("dataset")
+    if dataset and experiment not in C.enabled_experiments(suite):
+        raise UserError(
+            f"{experiment}: its dataset {dataset} is switched off in {source} (datasets.{dataset}.enabled)"
+        )
+
+
 def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any]]:
     """metrics.json of every finished grid point of `experiment` (point id -> dict)."""
     out = {}

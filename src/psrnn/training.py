@@ -47,7 +47,7 @@ from psrnn.errors import UserError
 from psrnn.machine import PeakMemory, cpu_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms  # noqa: F401 (re-exports)
 from psrnn.runlog import clock, diverged_line, divergence, heartbeat_line, history_csv, write_npz  # noqa: F401
-from psrnn.selection import read_selected
+from psrnn.selection import read_selected, refuse_switched_off
 from psrnn.studies import STUDIES
 from psrnn.study import (  # noqa: F401 (re-exports: the first study's hooks, psrnn.study)
     HISTORY_COLUMNS,
@@ -125,12 +125,7 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
             f"{args.config} is a suite config: --experiment is required; known: "
             f"{', '.join(sorted(suite['experiments']))}"
         )
-    dataset = (suite["experiments"].get(args.experiment) or {}).get("dataset")
-    if dataset and args.experiment not in C.enabled_experiments(suite):
-        raise UserError(
-            f"{args.experiment}: its dataset {dataset} is switched off in {args.config} "
-            f"(datasets.{dataset}.enabled)"
-        )
+    refuse_switched_off(suite, args.experiment, args.config)
     if args.point and args.selected:
         raise UserError("--point (a search run) and --selected (a final run) exclude each other")
     selected = None
