@@ -22,6 +22,11 @@ from psrnn.results import fmt
 LENGTH = 14  # bits: the thesis' longest test length (Table 4.5)
 
 
+def longest(bits: list[int]) -> int:
+    """The length a verdict reads: the thesis' LENGTH where it was tested, else the longest."""
+    return LENGTH if LENGTH in bits else max(bits, default=LENGTH)
+
+
 def other_suite(s: RelRegSuite) -> RelRegSuite | None:
     """The suite `compare_with` names, gathered from its results folder; None when unset."""
     name = s.cfg.get("compare_with")

@@ -33,7 +33,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from psrnn import config as C  # noqa: E402
 from psrnn.relreg.captions import FIGURE_TITLES  # noqa: E402
 from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, seq_at, sweep_points  # noqa: E402
-from psrnn.relreg.compare import LENGTH  # noqa: E402
+from psrnn.relreg.compare import longest  # noqa: E402
 from psrnn.results import fmt  # noqa: E402
 from psrnn.results.collect import Run, load_npz  # noqa: E402
 from psrnn.results.figures import STYLE, _placeholder, save  # noqa: E402
@@ -133,7 +133,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
             handles += ax.plot(
                 *_curve(m, bits), "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5
             )
-    longest = LENGTH if LENGTH in bits else max(bits)
+    at_bits = longest(bits)
     # each colour's median over its points, per number of bits (drawn thick, named in the legend)
     medians_of = {
         level: {
@@ -143,7 +143,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     }
     if dense:
         ax.set_title(
-            f"{ref['model']}\n{what}\nthick: median per {key} (legend: at {longest} bits)", fontsize=8
+            f"{ref['model']}\n{what}\nthick: median per {key} (legend: at {at_bits} bits)", fontsize=8
         )
         for level, med in medians_of.items():
             ax.plot(
@@ -156,7 +156,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
             color=color(v),
             lw=1.5,
             label=f"{key} = {v:g}"
-            + (f" ({medians_of[v][longest]:.0f} %)" if longest in medians_of.get(v, {}) else ""),
+            + (f" ({medians_of[v][at_bits]:.0f} %)" if at_bits in medians_of.get(v, {}) else ""),
         )
         for v in levels
     ]

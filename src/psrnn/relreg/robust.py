@@ -27,7 +27,7 @@ from scipy import stats
 
 from psrnn import config as C
 from psrnn.relreg.collect import RelRegSuite, bit_counts, reference_rows, seq_at, sweep_points
-from psrnn.relreg.compare import LENGTH
+from psrnn.relreg.compare import longest
 from psrnn.results import fmt
 
 REACH = 99.0  # % (ours): a grid point reaches the length at this test sequence accuracy or more
@@ -93,7 +93,7 @@ def _row(s: RelRegSuite, ref_id: str) -> str | None:
 def robust_lines(s: RelRegSuite) -> list[str]:
     """REPORT.md's section ([] for a small config or without the rows' search runs)."""
     claims = s.reference.get("sweep_claims", [])
-    bits = LENGTH if LENGTH in bit_counts(s) else max(bit_counts(s), default=LENGTH)
+    bits = longest(bit_counts(s))
     if not s.paper_scale or not claims:
         return []
     names = {r: row["model"] for r, row in reference_rows(s.reference).items()}
