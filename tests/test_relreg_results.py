@@ -777,3 +777,64 @@ def test_the_sweep_claims_are_tested_on_the_figures_grid_points(tmp_path):
     assert "Verdict: **not reproduced**." in robust.robust_lines(s)[2]
     small = {**cfg, "paper_scale": False}
     assert robust.robust_lines(R.gather(small, REF, tmp_path / "l" / C.results_root(cfg))) == []
+
+
+def test_a_row_selected_without_its_regulariser_says_so(tmp_path):
+    """A row named for its regulariser whose selected settings put every regulariser its grid
+    searches at 0 trains without it: Table 4.5's caption and the Why section name it, and two
+    such rows with the same settings are the same runs (relreg-full's proto_l2 and proto_cell)."""
+    cfg = make_tree(tmp_path)  # lstm_l2 and proto_l2 search l2; their final runs have l2 = 0
+    root = tmp_path / C.results_root(cfg)
+    exps = list(cfg["experiments"])
+    s = R.gather(cfg, REF, root)
+    assert R.unregularized_caption(s, exps) == (
+        "Selected with every searched regulariser at 0: lstm_l2 (l2 = 0); proto_l2 (l2 = 0); these rows "
+        "train without the regulariser their names give (the searched values include 0). "
+    )
+    assert R.unregularized_caption(s, exps) in R.table45(s).title
+    for k in (0, 1):
+        path = tmp_path / C.run_dir(cfg, "lstm_l2", k) / "metrics.json"
+        _set_test(path, 1.0, config={**json.loads(path.read_text())["config"], "l2": 0.001})
+    s = R.gather(cfg, REF, root)
+    assert R.unregularized_caption(s, exps).startswith(
+        "Selected with every searched regulariser at 0: proto_l2 (l2 = 0);"
+    )
+    s.settings["lstm_l2"] = {**s.settings["proto_l2"], "seed": 1}  # the same settings but the seed
+    assert R.unregularized_caption(s, exps).endswith(
+        "(the searched values include 0), and lstm_l2 and proto_l2 selected the same settings: the same "
+        "runs. "
+    )
+    assert any(line.startswith("- **Regularisers.** Selected with") for line in report.why_lines(s))
+    s.settings["proto_l2"]["l2"] = s.settings["lstm_l2"]["l2"] = 0.01
+    assert R.unregularized_caption(s, exps) == ""
+    assert not any("Regularisers" in line for line in report.why_lines(s))
+
+
+def test_a_report_from_cut_grids_says_so_above_everything(tmp_path):
+    """A Table 4.5 experiment whose grid leaves out shapes or values of the thesis' table for
+    its model is named in a banner; one with the table in full (a regulariser it leaves at 0
+    excepted) is not, and a small config gets the small config's banner instead."""
+    from psrnn.relreg.collect import cut_grids
+
+    cfg = make_tree(tmp_path, runs=False)
+    root = tmp_path / C.results_root(cfg)
+    assert cut_grids(R.gather(cfg, REF, root)) == ["lstm_l2", "rmc_l2", "proto_l2", "proto_both"]
+    cfg["experiments"]["lstm_l2"]["grid"] = {
+        "hidden": [6, 8, 10],
+        "lr": [0.01, 0.05],
+        "l2": [0.0, 0.0001, 0.001, 0.01, 0.1],
+    }
+    table44 = {"hidden": [6, 8, 10], "cells": [2, 3, 4, 6, 8, 10], "lr": [0.01, 0.05]}
+    cfg["experiments"]["proto_both"]["grid"] = {**table44, "noise": [0.0, 0.001, 0.01, 0.1, 1.0]}
+    assert cut_grids(R.gather(cfg, REF, root))[-1] == "proto_both"  # its lambdas fixed, not searched
+    cfg["experiments"]["proto_both"].update(l2_cell=0.0, l2_noncell=0.0)  # a row without them
+    s = R.gather(cfg, REF, root)
+    assert cut_grids(s) == ["rmc_l2", "proto_l2"]
+    text = report.report_markdown(s, R.table45(s), A.ablation_table(s), [])
+    assert text.splitlines()[2] == (
+        "> **Cut grids.** The searches of rmc_l2, proto_l2 train part of the thesis' grids (Tables 4.1-4.4; "
+        "the grid table below says which part): their selections, and so their verdicts, are about these "
+        "grids. `config/relreg-full.yaml` searches them in full."
+    )
+    small = R.gather({**cfg, "paper_scale": False}, REF, root)
+    assert "Cut grids" not in report.report_markdown(small, R.table45(small), A.ablation_table(small), [])

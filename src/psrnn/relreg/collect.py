@@ -219,3 +219,56 @@ def summary_columns(
 
 def with_ci(x: Summary) -> str:
     return fmt.DASH if x.n == 0 else f"{x.mean:.2f}" + (f" {fmt.ci(x)}" if x.n > 1 else "")
+
+
+# --- what a row's selection left of its regularisers -------------------------------------------
+
+REGULARIZERS = ("l2", "l2_cell", "l2_noncell", "noise")  # the thesis' regularisers (eq. 3.5-3.7)
+
+
+def grid_keys(grid: dict[str, Any] | None) -> set[str]:
+    """The run settings a grid varies, tied ones included."""
+    grid = grid or {}
+    return (set(grid) - {C.TIED}) | {k for item in grid.get(C.TIED) or [] for k in item}
+
+
+def unregularized_caption(s: Suite, exps: list[str]) -> str:
+    """One sentence naming the experiments whose selected settings put every regulariser
+    their grid searches at 0 (a row named for its regulariser that trained without it),
+    and those that selected the same settings (the same runs); '' when none."""
+    off = {}
+    for e in exps:
+        searched = [k for k in REGULARIZERS if k in grid_keys(s.cfg["experiments"][e].get("grid"))]
+        if searched and s.runs.get(e) and all(not float(s.settings[e].get(k, 0)) for k in searched):
+            off[e] = searched
+    if not off:
+        return ""
+    named = "; ".join(f"{e} ({', '.join(k + ' = 0' for k in ks)})" for e, ks in off.items())
+    same: dict[str, list[str]] = {}
+    for e in off:
+        key = repr(sorted((k, v) for k, v in s.settings[e].items() if k != "seed"))
+        same.setdefault(key, []).append(e)
+    twins = [joined(es) for es in same.values() if len(es) > 1]
+    return (
+        f"Selected with every searched regulariser at 0: {named}; these rows train without the "
+        "regulariser their names give (the searched values include 0)"
+        + (f", and {'; '.join(twins)} selected the same settings: the same runs. " if twins else ". ")
+    )
+
+
+def cut_grids(s: Suite) -> list[str]:
+    """Table 4.5's experiments whose grid leaves out values of the thesis' table for their
+    model: fewer tied shapes, or fewer values of a key other than a regulariser they leave at 0."""
+    by_model = {g["model"]: g for g in s.reference.get("grids", [])}
+    out = []
+    for exp in [e for _, e in rows(s) if e]:
+        g = by_model.get(s.settings[exp].get("model"))
+        if g is None:
+            continue
+        ours = s.cfg["experiments"][exp].get("grid") or {}
+        skip = {k for k in set(REGULARIZERS) - grid_keys(ours) if not float(s.settings[exp].get(k, 0))}
+        if len(ours.get(C.TIED) or []) < len(g["grid"].get(C.TIED) or []) or any(
+            not set(v) <= set(ours.get(k, [])) for k, v in g["grid"].items() if k not in skip | {C.TIED}
+        ):
+            out.append(exp)
+    return out

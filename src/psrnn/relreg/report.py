@@ -21,10 +21,13 @@ from psrnn.relreg.collect import (
     RelRegSuite,
     bit_counts,
     cells,
+    cut_grids,
+    grid_keys,
     per_length,
     rows,
     selection_data,
     short,
+    unregularized_caption,
 )
 from psrnn.relreg.compare import compare_lines
 from psrnn.relreg.robust import robust_lines
@@ -43,6 +46,13 @@ def report_markdown(s: RelRegSuite, t: Table, ab: Table, outputs: list[str]) -> 
         head += [
             f"> **{fmt.SMALL_LABEL.capitalize()}.** Data, models and budgets are shrunk for a quick run; "
             "its numbers say nothing about the thesis' claims, and no verdict is given.",
+            "",
+        ]
+    if s.paper_scale and (cut := cut_grids(s)):
+        head += [
+            f"> **Cut grids.** The searches of {', '.join(cut)} train part of the thesis' grids "
+            "(Tables 4.1-4.4; the grid table below says which part): their selections, and so their "
+            "verdicts, are about these grids. `config/relreg-full.yaml` searches them in full.",
             "",
         ]
     parts = [
@@ -202,12 +212,6 @@ def _grid_text(grid: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
-def _grid_keys(grid: dict[str, Any] | None) -> set[str]:
-    """The run settings a grid varies, tied ones included."""
-    grid = grid or {}
-    return (set(grid) - {C.TIED}) | {k for item in grid.get(C.TIED) or [] for k in item}
-
-
 def grid_lines(s: RelRegSuite) -> list[str]:
     """Our grid of each experiment beside the full grid of the thesis' table for its model."""
     by_model = {g["model"]: g for g in s.reference.get("grids", [])}
@@ -219,7 +223,7 @@ def grid_lines(s: RelRegSuite) -> list[str]:
     for exp in s.experiments:
         grid = s.cfg["experiments"][exp].get("grid")
         g = by_model.get(s.settings[exp].get("model"))
-        extra = _grid_keys(grid) - _grid_keys(g["grid"] if g else None)
+        extra = grid_keys(grid) - grid_keys(g["grid"] if g else None)
         cells = [
             exp,
             f"Table {g['table']} ({g['model']})" if g else fmt.DASH,
@@ -324,6 +328,8 @@ def why_lines(s: RelRegSuite) -> list[str]:
             f"(per seed: {per_seed} %), so most intervals are wider than 10 points (†) and many cells "
             f"are inconclusive with {x.n} seeds; the thesis reports one number per cell, without seeds."
         )
+    if off := unregularized_caption(s, [e for _, e in rows(s) if e]):
+        lines.append(f"- **Regularisers.** {off.strip()}")
     return lines + selection_lines(s)
 
 

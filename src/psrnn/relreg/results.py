@@ -47,6 +47,7 @@ from psrnn.relreg.collect import (  # noqa: F401 (re-exports: the gathered runs 
     selection_data,
     short,
     summary_columns,
+    unregularized_caption,
     with_ci,
 )
 from psrnn.relreg.report import report_markdown
@@ -118,6 +119,7 @@ def table45(s: Suite) -> Table:
         "over seeds. Verdict: reproduced when the thesis' value lies inside our interval. Ours, bit: "
         "fraction of output bits right, a diagnostic only. "
         + selection_caption(s, table_exps)
+        + unregularized_caption(s, table_exps)
         + model_caption(s, table_exps),
         data,
         pd.DataFrame(disp),
