@@ -567,7 +567,7 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     assert "[0, 1]" in full_line and "| +1.50 |" in full_line and "no clear difference" in full_line
     assert "missing (no finished private/shared run)" in line("| CIFAR-10 | private/shared − GRU")
     # provenance: 9 runs x 1800 s on CPU = 4.50 CPU hours
-    assert "- Runs: 9 of 15 finished" in text and "final runs 4.50 CPU h" in text
+    assert "- Runs: 9 of 15 finished" in text and "final runs 4.50 h on CPU" in text
     assert "`abc1234` (9 runs)" in text and "Test CPU; Linux-test; torch 2.14.1 (9 runs)" in text
     # deviations from the config and the reference file, one table row each
     assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST |" in lines
@@ -589,7 +589,7 @@ def test_a_final_run_that_reused_its_search_run_is_not_counted_twice(tmp_path):
     s = load(tmp_path, make_suite(tmp_path, name="p", paper_scale=True))
     next(r for r in report.all_runs(s)).metrics["reused_from"] = "results/p/search/mnist_gru/lr-1.0"
     text = report.report_markdown(s, ["REPORT.md"])
-    assert "final runs 4.00 CPU h" in text  # 8 of the 9 runs x 1800 s
+    assert "final runs 4.00 h on CPU" in text  # 8 of the 9 runs x 1800 s
     assert "(1 final run reused its search run's record: counted in the search)" in text
 
 
@@ -611,10 +611,11 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
         "| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
         "forcing) | all except mnist_gru, fmnist_gru |"
     ) in table
-    # the sources neither clip nor publish a learning rate: both are stated for every run
-    clip = "| gradient clipping | none | one norm over all parameters at norm 1 (results/recipe/recipe.md) |"
+    # the sources neither mention clipping nor publish a learning rate: both are stated for every run
+    clip = "| gradient clipping | not mentioned | one norm over all parameters at norm 1 (results/recipe/"
     assert any(x.startswith(clip) for x in table)
     assert any(x.startswith("| learning rate | searched on validation (grid not given) |") for x in table)
+    assert not any(x.startswith("| where our initialisation") for x in table)  # a small config's digits
     rows = [tuple(c.strip() for c in x.strip("|").split(" | ")[:3]) for x in table[1:]]
     assert len(rows) == len(set(rows)) == 12  # (setting, paper, ours): each deviation once
     # no per-dataset bullets any more; the reference file's notes follow the table, once each
@@ -800,18 +801,24 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
     lines = text.splitlines()
     clip = [x for x in lines if x.startswith("| gradient clipping |")]
     assert len(clip) == 2 and clip[1] == (
-        "| gradient clipping | none | the classifier path (main GRU, head) and the decoders apart, each at "
+        "| gradient clipping | not mentioned | the classifier path (main GRU, head) and the decoders apart, "
+        "each at "
         "norm 1 (results/recipe/recipe.md) | mnist_ps |"
     )
-    gru_clip = (
-        "| gradient clipping | none | one norm over all parameters at norm 1 (results/recipe/recipe.md) |"
-    )
+    gru_clip = "| gradient clipping | not mentioned | one norm over all parameters at norm 1 (results/recipe/"
     assert any(x.startswith(gru_clip) and x.endswith("| mnist_gru |") for x in lines)
     init = next(x for x in lines if x.startswith("| main GRU initialisation |"))
     assert "| not given | chrono: orthogonal recurrent weights, update-gate biases log U(1, T-1);" in init
     assert init.endswith("| all experiments |")
     assert (
-        "| seeds per experiment | 1 (single runs reported) | 1 (seed 0): every number is a single run" in text
+        "| seeds per experiment | not given (one number per cell, no spread) | 1 (seed 0): every number is a "
+        "single run" in text
+    )
+    # the initialisation and clip rule were chosen on the MNIST test digits: each MNIST row says so
+    chosen = next(x for x in lines if x.startswith("| where our initialisation and clip rule were chosen |"))
+    assert chosen == (
+        "| where our initialisation and clip rule were chosen | not given | on the 10,000 MNIST test digits, "
+        "re-split (results/recipe/): this row's test images | all experiments |"
     )
     line = next(x for x in text.splitlines() if x.startswith("| table2/mnist/gru accuracy"))
     assert line.endswith("| 1 seed (no CI) |")

@@ -106,7 +106,7 @@ class RunConfig:
     max_tokens: int = 0
     max_epochs: int = 200
     patience: int = 50  # early stopping on validation accuracy (paper: 50 epochs; 0 = off)
-    clip: float = 1.0  # max gradient norm (0 = off; the sources do not clip)
+    clip: float = 1.0  # max gradient norm (0 = off; the sources mention no clipping)
     # what one norm covers: "global" (every parameter, torch's clip_grad_norm_) | "groups"
     # (the classifier path, i.e. main GRU, embedding and head, apart from the decoders,
     # each clipped at `clip`), so large decoder gradients cannot shrink the classifier's step

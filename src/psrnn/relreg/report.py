@@ -33,7 +33,7 @@ from psrnn.relreg.compare import compare_lines
 from psrnn.relreg.robust import robust_lines
 from psrnn.relreg.ties import selection_lines
 from psrnn.results import fmt
-from psrnn.results.report import hours, reused_note, tally_lines
+from psrnn.results.report import run_time_line, tally_lines
 from psrnn.results.tables import Table, to_markdown
 
 # Settings the thesis does not give; ours are listed in the report.
@@ -123,10 +123,6 @@ def figure_lines(outputs: list[str]) -> list[str]:
     return out
 
 
-def _hours_text(h: dict[str, float]) -> str:
-    return ", ".join(f"{v:.2f} h on {k}" for k, v in h.items()) or "none"
-
-
 def provenance(s: RelRegSuite) -> list[str]:
     final = [r.metrics for rs in s.runs.values() for r in rs]
     ms = final + s.search
@@ -137,7 +133,6 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"torch {m.get('torch_version') or m.get('torch') or '?'}"
         for m in ms
     )
-    total = sum(hours(ms).values())
     return [
         f"- Thesis: {' '.join(s.reference.get('paper', '').split())}",
         f"- Its numbers: {' '.join(s.reference.get('source', '').split())}; config/{REFERENCE_PATH.name}",
@@ -146,8 +141,7 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished; "
         f"search runs: {len(s.search)} of {grids} grid points",
         *tally_lines(commits, machines),
-        f"- Compute: final runs {_hours_text(hours(final))}; grid search {_hours_text(hours(s.search))}; "
-        f"total {total:.2f} h{reused_note(final)}",
+        run_time_line(final, s.search),
     ]
 
 
