@@ -593,6 +593,28 @@ def test_a_final_run_that_reused_its_search_run_is_not_counted_twice(tmp_path):
     assert "(1 final run reused its search run's record: counted in the search)" in text
 
 
+def test_provenance_counts_the_grid_and_points_to_the_notes_beside_the_report(tmp_path):
+    """'k of n grid-search runs finished' (n: the enabled experiments' grid points), and the
+    notes a person left beside REPORT.md (how the runs were made) linked by name."""
+    path = make_suite(tmp_path, name="p", paper_scale=True)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["experiments"]["cifar_s50"]["grid"] = {"lr": [0.1, 0.3, 1.0]}  # an experiment with no runs
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    results = tmp_path / "results" / "p"
+    text = report.report_markdown(load(tmp_path, path), [])
+    assert "× 3 seeds); 0 of 3 grid-search runs finished\n" in text and "How the runs were made" not in text
+    for name in ("RUN.md", "GPU-RUN.md", "REPORT.md"):
+        (results / name).write_text("x")
+    text = report.report_markdown(load(tmp_path, path), [])
+    assert (
+        "\n- How the runs were made (commands, machine, time): [GPU-RUN.md](GPU-RUN.md), [RUN.md](RUN.md)\n"
+        in text
+    )
+    del cfg["experiments"]["cifar_s50"]["grid"]
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert "× 3 seeds); no grid search\n" in report.report_markdown(load(tmp_path, path), [])
+
+
 def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     """F-MNIST prepared like MNIST: their shared deviations are one row naming both."""
     path = make_suite(tmp_path)

@@ -20,7 +20,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn.files import read_json
 from psrnn.results import fmt
-from psrnn.results.collect import Suite, load_runs, load_settings, suite_run
+from psrnn.results.collect import Suite, load_notes, load_runs, load_settings, suite_run
 from psrnn.results.stats import PERCENT, WIDE_PP, Summary, bounded, summarize, verdict
 
 REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
@@ -83,6 +83,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         search=[m for exp in points for _, m in points[exp]],
         points=points,
         selected=selected,
+        notes=load_notes(results_dir),
     )
 
 

@@ -33,7 +33,7 @@ from psrnn.relreg.compare import compare_lines
 from psrnn.relreg.robust import robust_lines
 from psrnn.relreg.ties import selection_lines
 from psrnn.results import fmt
-from psrnn.results.report import run_time_line, tally_lines
+from psrnn.results.report import notes_lines, run_time_line, search_points, tally_lines
 from psrnn.results.tables import Table, to_markdown
 
 # Settings the thesis does not give; ours are listed in the report.
@@ -126,7 +126,6 @@ def figure_lines(outputs: list[str]) -> list[str]:
 def provenance(s: RelRegSuite) -> list[str]:
     final = [r.metrics for rs in s.runs.values() for r in rs]
     ms = final + s.search
-    grids = sum(len(C.grid_points(s.cfg["experiments"][e])) for e in s.experiments if C.has_grid(s.cfg, e))
     commits = Counter(m.get("git_commit") or "unknown" for m in ms)
     machines = Counter(
         f"{m.get('device_name') or m.get('device') or 'unknown'} ({m.get('device') or '?'}), "
@@ -139,9 +138,10 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"- Config: `{s.name}` (paper_scale: {str(s.paper_scale).lower()}), seeds {sorted(s.cfg['seeds'])}, "
         f"experiments: {', '.join(s.experiments) or 'none'}",
         f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished; "
-        f"search runs: {len(s.search)} of {grids} grid points",
+        f"search runs: {len(s.search)} of {search_points(s)} grid points",
         *tally_lines(commits, machines),
         run_time_line(final, s.search),
+        *notes_lines(s),
     ]
 
 

@@ -51,6 +51,7 @@ class Suite:
     settings: dict[str, dict[str, Any]]  # enabled experiment -> resolved RunConfig dict
     manifests: dict[str, dict[str, Any]]  # dataset -> manifest.json (prepared datasets only)
     search: list[dict[str, Any]] = field(default_factory=list)  # search runs' metrics.json
+    notes: list[str] = field(default_factory=list)  # other *.md beside REPORT.md: how the runs were made
 
     @property
     def name(self) -> str:
@@ -231,7 +232,13 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, da
         settings=load_settings(cfg, runs),
         manifests=load_manifests(cfg, data_dir),
         search=load_search(cfg, results_dir),
+        notes=load_notes(results_dir),
     )
+
+
+def load_notes(results_dir: Path) -> list[str]:
+    """The notes a person left beside the report (RUN.md, GPU-RUN.md, ...), by name."""
+    return sorted(p.name for p in results_dir.glob("*.md") if p.name != "REPORT.md")
 
 
 def load_history(run: Run) -> pd.DataFrame | None:

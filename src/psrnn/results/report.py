@@ -70,6 +70,21 @@ def run_time_line(final: list[dict[str, Any]], search: list[dict[str, Any]]) -> 
     )
 
 
+def search_points(s: Suite) -> int:
+    """The grid points of the suite's enabled experiments: its grid-search runs (both studies)."""
+    return sum(len(C.grid_points(s.cfg["experiments"][e])) for e in s.experiments if C.has_grid(s.cfg, e))
+
+
+def notes_lines(s: Suite) -> list[str]:
+    """Provenance's pointer to the notes beside the report (both studies): how its runs were
+    made, by which command and where ([] when there are none)."""
+    if not s.notes:
+        return []
+    return [
+        "- How the runs were made (commands, machine, time): " + ", ".join(f"[{n}]({n})" for n in s.notes)
+    ]
+
+
 def tally_lines(commits: Counter[str], machines: Counter[str]) -> list[str]:
     """Provenance's "Commits" and "Machines" lines: each with its number of runs (both studies)."""
     return [
@@ -90,13 +105,16 @@ def provenance(s: Suite) -> list[str]:
         + (f", CUDA {r.metrics['cuda_version']}" if r.metrics.get("cuda_version") else "")
         for r in runs
     )
+    n = search_points(s)
+    searched = f"{len(s.search)} of {fmt.plural(n, 'grid-search run')} finished" if n else "no grid search"
     lines = [
         f"- Paper: {s.reference.get('paper', '').strip()}",
         f"- Config: `{s.name}` (paper_scale: {str(s.paper_scale).lower()}), seeds {sorted(s.cfg['seeds'])}",
         f"- Runs: {len(runs)} of {expected} finished ({fmt.plural(len(s.experiments), 'experiment')} × "
-        f"{fmt.plural(len(s.cfg['seeds']), 'seed')}); {fmt.plural(len(s.search), 'grid-search run')}",
+        f"{fmt.plural(len(s.cfg['seeds']), 'seed')}); {searched}",
         *tally_lines(commits, machines),
         run_time_line([r.metrics for r in runs], s.search),
+        *notes_lines(s),
     ]
     return lines
 
