@@ -82,7 +82,7 @@ def test_a_second_process_training_the_same_folder_is_refused(tmp_path):
             [
                 sys.executable,
                 "-c",
-                f"import pathlib, psrnn.engine as e\nwith e.sole_writer(pathlib.Path({str(run)!r})): pass",
+                f"import pathlib, psrnn.files as e\nwith e.sole_writer(pathlib.Path({str(run)!r})): pass",
             ],
             capture_output=True,
             text=True,
@@ -375,3 +375,31 @@ def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(["fixtures", str(tmp_path / "fx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no space left on the device writing" in err[0], err
+
+
+def test_what_a_writer_killed_mid_write_leaves_stops_nothing_and_goes(tmp_path):
+    """SIGKILL while a checkpoint is written leaves `.ckpt_best.pt.<random>.tmp`: the next run
+    in that folder starts (it had been refused as 'a folder of other files') and removes it;
+    a killed prepare's temporary folder goes when that dataset is prepared again."""
+    from psrnn.data.prepare import SPLITS, write_prepared
+    from psrnn.files import remove_stale_temps
+
+    data = write_images(tmp_path / "data", T=16)
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(json.dumps(small_cfg(data, max_epochs=1).to_dict()))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".ckpt_best.pt.jx9z2yq5.tmp").write_bytes(b"half")
+    assert main(["train", "--config", str(run_yaml), "--out", str(run)]) == 0
+    assert (run / "metrics.json").is_file() and not [p.name for p in run.iterdir() if p.name.startswith(".")]
+
+    prepared = tmp_path / "prepared"
+    (prepared / ".mnist.9o848qvv.tmp").mkdir(parents=True)
+    (prepared / ".mnist.9o848qvv.tmp" / ".train.pt.bf4q7ffz.tmp").write_bytes(b"half")
+    for keep in (".fmnist.9o848qvv.tmp", ".mnist.keep", "notes.tmp"):  # another dataset's; not a temp
+        (prepared / keep).write_text("x")
+    remove_stale_temps(prepared, "fmnist")
+    assert sorted(p.name for p in prepared.iterdir()) == [".mnist.9o848qvv.tmp", ".mnist.keep", "notes.tmp"]
+    splits = {s: {"x": torch.zeros(2, 3)} for s in SPLITS}
+    write_prepared(prepared / "mnist", splits, {"dataset": "mnist"})
+    assert sorted(p.name for p in prepared.iterdir()) == [".mnist.keep", "mnist", "notes.tmp"]

@@ -17,7 +17,7 @@ import torch
 
 from psrnn import __version__, studies
 from psrnn.errors import UserError
-from psrnn.files import read_json, torch_save, write_bytes, write_json
+from psrnn.files import STALE_TEMP, read_json, torch_save, write_bytes, write_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -122,7 +122,8 @@ def refuse_foreign(out_dir: Path) -> Path:
     a folder of other files (one of the user's own: training would write among them)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not any((out_dir / f).exists() for f in RUN_FILES):
+    others = [p for p in out_dir.iterdir() if not STALE_TEMP.match(p.name)] if out_dir.is_dir() else []
+    if others and not any((out_dir / f).exists() for f in RUN_FILES):
         raise UserError(f"{out_dir}: a folder of other files, not a run folder; give a new or empty one")
     return out_dir
 

@@ -37,14 +37,12 @@ engine supplies the bookkeeping, once for every study:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import math
 import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -67,7 +65,7 @@ from psrnn.checkpoint import (
     save_last,
 )
 from psrnn.errors import TrainingDiverged, UserError
-from psrnn.files import torch_save, write_json, write_text
+from psrnn.files import sole_writer, torch_save, write_json, write_text
 from psrnn.machine import PeakMemory, environment
 from psrnn.runlog import diverged_line, divergence, history_csv
 
@@ -209,30 +207,6 @@ def seed_everything(seed: int, device: torch.device) -> None:
 
 
 # --- the run -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def sole_writer(out_dir: Path) -> Iterator[None]:
-    """Hold the run folder for this process (an advisory lock on the folder itself, so no
-    file is left in it): a second process that trains the same folder at the same time is
-    refused; the lock goes with the process, however it ends. Folders made here and left
-    empty (the run stopped before writing anything: bad data, say) are removed again."""
-    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # innermost first
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(
-                f"{out_dir}: another process is training this run now; wait for it to finish or stop it"
-            ) from None
-        yield
-    finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):  # not empty (another run's folder beside it): kept
-            for folder in made:
-                folder.rmdir()
 
 
 def fit(

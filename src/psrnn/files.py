@@ -7,9 +7,12 @@ Each writer writes to a temporary file in the target's folder, fsyncs it, then
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,3 +88,41 @@ def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# what atomic_path (mkstemp) and psrnn.data.prepare (mkdtemp) leave when killed mid-write:
+# ".<target name>.<8 random characters>.tmp" (or ".old", a prepared folder moved aside)
+STALE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.(tmp|old)$")
+
+
+def remove_stale_temps(folder: Path, name: str | None = None) -> None:
+    """Remove the temporary files and folders a killed writer left in `folder` (only those
+    of target `name` when given); call it only where no other writer can be at work."""
+    for p in folder.glob(f".{name}.*" if name else ".*"):
+        if STALE_TEMP.match(p.name):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def sole_writer(out_dir: Path) -> Iterator[None]:
+    """Hold the run folder for this process (an advisory lock on the folder itself, so no
+    file is left in it): a second process that trains the same folder at the same time is
+    refused; the lock goes with the process, however it ends. Folders made here and left
+    empty (the run stopped before writing anything: bad data, say) are removed again."""
+    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # innermost first
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"{out_dir}: another process is training this run now; wait for it to finish or stop it"
+            ) from None
+        remove_stale_temps(out_dir)  # ours, from a writer killed mid-write: it held this lock
+        yield
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):  # not empty (another run's folder beside it): kept
+            for folder in made:
+                folder.rmdir()

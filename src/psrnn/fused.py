@@ -60,10 +60,9 @@ from psrnn.engine import (
     restore,
     run_metrics,
     seed_everything,
-    sole_writer,
 )
 from psrnn.errors import TrainingDiverged, UserError
-from psrnn.files import torch_save, write_json, write_text
+from psrnn.files import sole_writer, torch_save, write_json, write_text
 from psrnn.machine import PeakMemory
 from psrnn.runlog import diverged_line, divergence, history_csv
 from psrnn.selection import read_selected, refuse_switched_off

@@ -429,6 +429,7 @@ def write_prepared(
 ) -> None:
     """Write the split files and manifest.json into a temporary folder, then rename it to `out_dir`."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    files.remove_stale_temps(out_dir.parent, out_dir.name)  # a killed prepare's, of this dataset
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     tmp.chmod(0o777 & ~files.current_umask())  # mkdtemp makes it private; the final folder follows the umask
     try:
