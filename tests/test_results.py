@@ -571,7 +571,7 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     assert "`abc1234` (9 runs)" in text and "Test CPU; Linux-test; torch 2.14.1 (9 runs)" in text
     # deviations from the config and the reference file, one table row each
     assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST |" in lines
-    assert "| train samples used | whole split | the first 500 | MNIST |" in lines
+    assert "| train samples used | whole split | the first 500 of it | MNIST |" in lines
     assert (
         "| dataset | reported | not run (not in the config); its rows are missing | F-MNIST, IMDB, DBpedia |"
     ) in lines
@@ -621,6 +621,7 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     cfg = yaml.safe_load(path.read_text())
     cfg["datasets"]["fmnist"] = {"prepare": {"downsample": 14, "train": 500}}
     cfg["experiments"]["fmnist_gru"] = {"dataset": "fmnist", "ref": "table2/fmnist/gru", "shared": 0.0}
+    cfg["fixtures"] = "data/t/fixtures"  # synthetic archives, as the small config's
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     text = report.report_markdown(load(tmp_path, path), [])
     section = text.split("## Deviations from the paper's protocol")[1].split("\n## ")[0]
@@ -628,7 +629,7 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     assert table[0] == "| Setting | Paper | This config | Applies to |"
     assert "| image size | 28×28 (784 steps) | 14×14 (196 steps) | MNIST, F-MNIST |" in table
     assert "| image size | 32×32 (1,024 steps) | 8×8 (64 steps) | CIFAR-10 |" in table
-    assert "| train samples used | whole split | the first 500 | MNIST, F-MNIST |" in table
+    assert "| train samples used | whole split | the first 500 of it | MNIST, F-MNIST |" in table
     assert (
         "| decoder input | its own previous estimate (thesis) | the true previous input (teacher "
         "forcing) | all except mnist_gru, fmnist_gru |"
@@ -639,7 +640,11 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     assert any(x.startswith("| learning rate | searched on validation (grid not given) |") for x in table)
     assert not any(x.startswith("| where our initialisation") for x in table)  # a small config's digits
     rows = [tuple(c.strip() for c in x.strip("|").split(" | ")[:3]) for x in table[1:]]
-    assert len(rows) == len(set(rows)) == 12  # (setting, paper, ours): each deviation once
+    assert (
+        "| data | the real datasets | synthetic archives in the upstream formats (data/t/fixtures): no real "
+        "images or texts | everything |"
+    ) in table
+    assert len(rows) == len(set(rows)) == 13  # (setting, paper, ours): each deviation once
     # no per-dataset bullets any more; the reference file's notes follow the table, once each
     assert not any(x.startswith(("- MNIST:", "- F-MNIST:")) for x in section.splitlines())
     notes = [x for x in section.splitlines() if x.startswith("- ")]
@@ -856,3 +861,33 @@ def test_figure_1_has_one_legend_below_its_panels(tmp_path):
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == [label for *_, label in GRAD_LINES]
     assert fig.legends[0].get_window_extent().y1 <= min(ax.get_window_extent().y0 for ax in fig.axes)
+
+
+def test_experiments_without_a_paper_number_get_their_numbers_settings_and_no_verdict(tmp_path):
+    """A user's own experiment (no `ref:`) had appeared in no table and no REPORT line: it
+    gets a row with its settings (those it sets itself included) and numbers, no verdict;
+    an experiment that sets such a setting shows it in Table 2's settings too."""
+    path = make_suite(tmp_path, name="p", paper_scale=True, keep=("mnist_gru", "mnist_ps"), acc={})
+    cfg = yaml.safe_load(path.read_text())
+    mine = {k: v for k, v in cfg["experiments"]["mnist_ps"].items() if k != "ref"}
+    cfg["experiments"]["mine"] = {**mine, "aux_anchors": "mean", "lr": 0.1}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    def section() -> list[str]:
+        text = report.report_markdown(load(tmp_path, path), [])
+        return text.split("## Experiments without a paper number\n")[1].split("\n## ")[0].splitlines()
+
+    settings = "private/shared, pred+rec, shared 50%, 4 anchors, window 10, d=16; aux_anchors mean, lr 0.1"
+    assert section()[-1] == f"| mine | mnist | {settings} | 0 | — | — | — |"
+    for seed, acc in enumerate((0.90, 0.92, 0.94)):
+        write_run(tmp_path, C.load_suite(path), "mine", seed, acc, acc + 0.01)
+    half = T975_2 * 2.0 / math.sqrt(3)
+    assert section()[-1] == (
+        f"| mine | mnist | {settings} | 3 | 92.00 ± 2.00 | [{92 - half:.2f}, {92 + half:.2f}] | 93.00 |"
+    )
+    assert not any(w in line for line in section() for w in ("reproduced", "inconclusive", "1 seed"))
+    cfg["experiments"]["mnist_ps"]["aux_anchors"] = "mean"  # an ablation that keeps the paper's ref
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    from psrnn.results.tables import table2
+
+    assert row(table2(load(tmp_path, path)), experiment="mnist_ps")["settings"].endswith("; aux_anchors mean")

@@ -403,3 +403,31 @@ def test_what_a_writer_killed_mid_write_leaves_stops_nothing_and_goes(tmp_path):
     splits = {s: {"x": torch.zeros(2, 3)} for s in SPLITS}
     write_prepared(prepared / "mnist", splits, {"dataset": "mnist"})
     assert sorted(p.name for p in prepared.iterdir()) == [".mnist.keep", "mnist", "notes.tmp"]
+
+
+def test_a_run_trains_with_the_suites_threads_and_resumes_only_with_its_own(tmp_path, capsys):
+    """A CPU run's numbers depend on torch's thread count: `train` without --threads takes
+    the suite's (1 unless resources.train.threads says, as Snakemake's jobs pass it; it had
+    been torch's default, all cores), metrics.json records it, and a checkpoint resumes only
+    with the count it was written with."""
+    before = torch.get_num_threads()
+    data = write_images(tmp_path / "data", T=16)
+    run_yaml = tmp_path / "run.yaml"
+    cfg = small_cfg(data, max_epochs=2)
+    run_yaml.write_text(json.dumps(cfg.to_dict()))
+    run = tmp_path / "run"
+    try:
+        torch.set_num_threads(2)
+        with pytest.raises(Interrupt):
+            fit(cfg, run, on_step=kill_at(2, 1), log=quiet)
+        assert main(["train", "--config", str(run_yaml), "--out", str(run)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        why = (
+            "torch threads (checkpoint 2, now 1: a CPU run's numbers depend on them; --threads 2 resumes it)"
+        )
+        assert len(err) == 1 and why in err[0]
+        assert torch.get_num_threads() == 1
+        assert main(["train", "--config", str(run_yaml), "--out", str(run), "--threads", "2"]) == 0
+        assert json.loads((run / "metrics.json").read_text())["torch_threads"] == 2
+    finally:
+        torch.set_num_threads(before)

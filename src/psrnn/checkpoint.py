@@ -150,6 +150,7 @@ def save_last(
             "config": cfg.to_dict(),
             "data_manifest_md5": data,
             "kernel_env": kernel_env(),
+            "torch_threads": torch.get_num_threads(),
             "psrnn_version": __version__,
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
@@ -187,6 +188,12 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
             for k, v in kernel_env().items()
             if saved_env.get(k) != v
         ]
+    threads = ckpt.get("torch_threads")  # absent before psrnn recorded it
+    if threads is not None and threads != torch.get_num_threads():
+        diff.append(
+            f"torch threads (checkpoint {threads}, now {torch.get_num_threads()}: a CPU run's numbers depend "
+            f"on them; --threads {threads} resumes it)"
+        )
     unknown = set(ckpt.get("state", {})) - set(RunState.__dataclass_fields__)
     if unknown:
         diff.append(f"run state of an earlier psrnn ({', '.join(sorted(unknown))})")

@@ -100,6 +100,7 @@ COMMON_METRIC_KEYS = frozenset(
         "git_commit",
         "psrnn_version",
         "kernel_env",
+        "torch_threads",
         "config",
     }
 )

@@ -96,8 +96,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=int,
-        help="CPU threads of this run (torch.set_num_threads; default: torch's, all cores); "
-        "Snakemake's rules pass the job's `threads`",
+        help="CPU threads of this run (torch.set_num_threads; default: the suite's "
+        "resources.train.threads, 1 unless set, as Snakemake's jobs run it: a CPU run's numbers "
+        "depend on it)",
     )
 
 
@@ -150,11 +151,15 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
+    from psrnn.workflow import train_threads
+
     cfg, out, meta = resolve_args(args)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads {args.threads}: must be at least 1")
-        torch.set_num_threads(args.threads)
+    if args.threads is None:  # as the suite's Snakemake jobs run (a flat run YAML: 1)
+        raw = C.load_yaml(args.config)
+        args.threads = train_threads(raw) if "experiments" in raw else 1
+    if args.threads < 1:
+        raise UserError(f"--threads {args.threads}: must be at least 1")
+    torch.set_num_threads(args.threads)
     metrics = fit(cfg, out, meta, restart_on_change=args.restart_on_change, reuse=args.reuse)
     print(
         f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "

@@ -97,6 +97,8 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     what = f"{exp}: {fmt.plural(len(lines), 'grid point')}"
     if len(lines) < total:
         what = f"{exp}: {len(lines)} of {total} grid points ({s.reference['figure_cells']} cells)"
+        if s.selected.get(exp) not in {p for p, _ in lines}:
+            what += " + the selected one"
     if not lines:  # no search: the final runs, one line per seed
         lines = [(f"seed {r.seed}", r.metrics) for r in s.runs.get(exp, [])]
         what = f"{exp}: {fmt.plural(len(lines), 'final run')} (no search runs)"
@@ -131,7 +133,12 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     for point, m in s.points.get(exp, []):  # the selected point, whatever its cells
         if s.selected.get(exp) == point:
             handles += ax.plot(
-                *_curve(m, bits), "-", color="C3", lw=1.6, label=f"selected: {point}", zorder=5
+                *_curve(m, bits),
+                "-",
+                color="C3",
+                lw=1.6,
+                label=f"selected (seed {m['seed']}):\n" + _wrapped(point),
+                zorder=5,
             )
     at_bits = longest(bits)
     # each colour's median over its points, per number of bits (drawn thick, named in the legend)
@@ -167,6 +174,18 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     ax.legend(
         handles=handles, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False
     )
+
+
+def _wrapped(point: str, width: int = 36) -> str:
+    """A grid point's id on lines of at most about `width` characters, broken after '_'."""
+    lines = [""]
+    for part in point.split("_"):
+        if lines[-1] and len(lines[-1]) + len(part) + 1 > width:
+            lines[-1] += "_"
+            lines.append(part)
+        else:
+            lines[-1] += ("_" if lines[-1] else "") + part
+    return "\n".join(lines)
 
 
 def _curve(m: dict[str, Any], bits: list[int]) -> tuple[list[int], list[float]]:

@@ -236,6 +236,11 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, da
     )
 
 
+def all_runs(s: Suite) -> list[Run]:
+    """Every finished run of the suite's enabled experiments, in config order."""
+    return [r for exp in s.experiments for r in s.runs.get(exp, [])]
+
+
 def load_notes(results_dir: Path) -> list[str]:
     """The notes a person left beside the report (RUN.md, GPU-RUN.md, ...), by name."""
     return sorted(p.name for p in results_dir.glob("*.md") if p.name != "REPORT.md")

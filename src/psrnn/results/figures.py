@@ -347,7 +347,9 @@ def fig1_gradient_norms(s: Suite) -> Figure:
     title = TITLES["fig1_gradient_norms"]
     models = fig1_models(s)
     if not models:
-        return _placeholder(_figure(s, title, 6.4, 2.5), "no finished run with grad_norms.npz")
+        return _placeholder(
+            _figure(s, title, 6.4, 2.5), "it needs a finished private/shared run with grad_norms.npz"
+        )
     fig = _figure(s, title, max(3.3 * len(models) + 0.6, 6.4), 3.8)
     axes = fig.subplots(1, len(models), squeeze=False, sharey=True)[0]
     for ax, (kind, exp, seed) in zip(axes, models):

@@ -15,20 +15,15 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from psrnn import config as C
-from psrnn.datasets import REGISTRY
 from psrnn.results import FIGURE_TITLES as TITLES
 from psrnn.results import fmt
-from psrnn.results.collect import Run, Suite
+from psrnn.results.collect import Suite, all_runs  # noqa: F401 (re-export)
+from psrnn.results.deviations import deviation_lines
 from psrnn.results.numbers import paired_lines, params_lines, table1_lines, table2_lines, table4_lines
-from psrnn.results.tables import DATASET_LABEL, metric, settings_diffs
+from psrnn.results.own import own_lines
+from psrnn.results.tables import metric
 
-PAPER_PATIENCE = 50
 # steps of the official images (the paper trains on them whole): 784, 784, 1024
-PAPER_IMAGE_STEPS = {name: ds.image_side**2 for name, ds in REGISTRY.items() if ds.image_side}
-
-
-def all_runs(s: Suite) -> list[Run]:
-    return [r for exp in s.experiments for r in s.runs.get(exp, [])]
 
 
 # --- provenance -----------------------------------------------------------------------------
@@ -117,222 +112,6 @@ def provenance(s: Suite) -> list[str]:
         *notes_lines(s),
     ]
     return lines
-
-
-# --- deviations -----------------------------------------------------------------------------
-
-Deviation = tuple[str, str, str, str]  # setting, the paper's, this config's, what it applies to
-
-
-def deviations(s: Suite) -> list[Deviation]:
-    """Every way this config departs from the paper's protocol, each once with everything
-    it applies to: scale and seeds, data preparation (datasets), run settings (experiments).
-    The reference file's notes that hold for every config are listed apart (`general_notes`)."""
-    out = []
-    if not s.paper_scale:
-        out.append(
-            (
-                "scale",
-                "full data and models",
-                f"{fmt.SMALL_LABEL}: data, models and epoch "
-                "budgets shrunk for a quick end-to-end run; its numbers say nothing about the "
-                "paper's claims",
-                "everything",
-            )
-        )
-    seeds = sorted(s.cfg["seeds"])
-    if len(seeds) == 1:
-        ours = (
-            f"1 (seed {seeds[0]}): every number is a single run, with no spread, no confidence "
-            "interval and no verdict"
-        )
-    else:
-        ours = f"{len(seeds)} ({', '.join(map(str, seeds))}): mean, std and 95% t-interval over seeds"
-    out.append(
-        ("seeds per experiment", "not given (one number per cell, no spread)", ours, "all experiments")
-    )
-    return out + dataset_deviations(s) + setting_deviations(s)
-
-
-def general_notes(s: Suite) -> list[str]:
-    """The reference file's deviations, which hold for every config (one line each)."""
-    return [" ".join(d.split()) for d in s.reference.get("deviations", [])]
-
-
-def _grouped(found: list[tuple[str, str, str, str]]) -> dict[tuple[str, str, str], list[str]]:
-    """(setting, paper, ours, name) -> {(setting, paper, ours): [names]}, rows of one setting
-    next to each other, otherwise in first-seen order."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for setting, paper, ours, name in found:
-        names = groups.setdefault((setting, paper, ours), [])
-        if name not in names:
-            names.append(name)
-    first: dict[str, int] = {}
-    for key in groups:
-        first.setdefault(key[0], len(first))
-    return dict(sorted(groups.items(), key=lambda kv: first[kv[0][0]]))
-
-
-def dataset_deviations(s: Suite) -> list[Deviation]:
-    found = []  # (setting, paper, ours, dataset)
-    enabled = C.enabled_datasets(s.cfg)
-    paper = {r["dataset"]: r for r in s.reference["table1"]}
-    for ds in paper:
-        if ds not in enabled:
-            why = "disabled" if ds in s.cfg["datasets"] else "not in the config"
-            found.append(("dataset", "reported", f"not run ({why}); its rows are missing", ds))
-    for ds in enabled:
-        opts = s.cfg["datasets"][ds].get("prepare") or {}
-        side = opts.get("downsample")
-        if side and ds in PAPER_IMAGE_STEPS:
-            steps = PAPER_IMAGE_STEPS[ds]
-            found.append(
-                (
-                    "image size",
-                    f"{math.isqrt(steps)}×{math.isqrt(steps)} ({steps:,} steps)",
-                    f"{side}×{side} ({side * side:,} steps)",
-                    ds,
-                )
-            )
-        for split in ("train", "valid", "test"):
-            if opts.get(split):
-                found.append((f"{split} samples used", "whole split", f"the first {opts[split]:,}", ds))
-        if opts.get("valid_size") and ds != "cifar10" and opts["valid_size"] != paper[ds]["valid"]:
-            found.append(("validation samples", f"{paper[ds]['valid']:,}", f"{opts['valid_size']:,}", ds))
-        if ds == "imdb" and opts.get("min_chars", 500) != 500:
-            found.append(("shortest review kept", "500 characters", f"{opts['min_chars']} characters", ds))
-        if ds == "imdb" and opts.get("alphabet_size", 60) != 60:
-            found.append(("one-hot symbols", "60", str(opts["alphabet_size"]), ds))
-        if opts.get("max_length"):
-            found.append(("sequence length", "no cut given", f"the first {opts['max_length']:,} steps", ds))
-    return [(*key, ", ".join(DATASET_LABEL[d] for d in names)) for key, names in _grouped(found).items()]
-
-
-def _applies_to(s: Suite, exps: list[str]) -> str:
-    """ "all experiments", "all except a, b" when that is shorter, else the list (config order)."""
-    rest = [e for e in s.experiments if e not in exps]
-    if not rest:
-        return "all experiments"
-    if len(rest) < len(exps):
-        return "all except " + ", ".join(rest)
-    return ", ".join(e for e in s.experiments if e in exps)
-
-
-def setting_deviations(s: Suite) -> list[Deviation]:
-    """Run settings that differ from the paper; a reference row's differences make one row."""
-    found = []  # (setting, paper, ours, experiment)
-    table2 = {r["id"]: r for r in s.reference["table2"]}
-    fig_ref = {r["id"]: r for r in s.reference.get("figures", [])}
-    for exp in s.experiments:
-        st, aux = s.settings[exp], s.kind(exp) != "gru"
-        if st.get("optimizer", "sgdr") != "sgdr":
-            found.append(("optimizer", "SGDR", st["optimizer"], exp))
-        if st.get("init", "torch") != "torch":  # the paper does not say; results/recipe/ measures why
-            found.append(
-                (
-                    "main GRU initialisation",
-                    "not given",
-                    f"{st['init']}: orthogonal recurrent weights"
-                    + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
-                    + "; SGDR from PyTorch's default stays at chance on real digits "
-                    "(results/recipe/init/recipe.md)",
-                    exp,
-                )
-            )
-        clip, scope = float(st.get("clip", 0.0)), st.get("clip_scope", "global")
-        if clip > 0:  # the sources mention no clipping; results/recipe/ measures the rule
-            where = (
-                "the classifier path (main GRU, head) and the decoders apart, each"
-                if scope == "groups" and aux
-                else "one norm over all parameters"
-            )
-            found.append(
-                (
-                    "gradient clipping",
-                    "not mentioned",
-                    f"{where} at norm {clip:g} (results/recipe/recipe.md)",
-                    exp,
-                )
-            )
-        if (
-            s.paper_scale
-            and st.get("dataset") == "mnist"
-            and (clip > 0 or st.get("init", "torch") != "torch")
-        ):
-            ours = "on the 10,000 MNIST test digits, re-split (results/recipe/): this row's test images"
-            found.append(("where our initialisation and clip rule were chosen", "not given", ours, exp))
-        grid = s.cfg["experiments"][exp].get("grid") or {}
-        if "lr" in grid:
-            rates = ", ".join(f"{v:g}" for v in grid["lr"])
-            found.append(
-                (
-                    "learning rate",
-                    "searched on validation (grid not given)",
-                    f"searched on validation over {rates}",
-                    exp,
-                )
-            )
-        elif "lr" in st:
-            found.append(
-                (
-                    "learning rate",
-                    "searched on validation (grid not given)",
-                    f"{st['lr']:g}, not searched",
-                    exp,
-                )
-            )
-        if aux and st.get("aux_anchors", "sum") != "sum":
-            found.append(("auxiliary loss over anchors", "sum", f"{st['aux_anchors']} (ablation)", exp))
-        if int(st.get("patience", PAPER_PATIENCE)) != PAPER_PATIENCE:
-            found.append(("early-stopping patience (epochs)", str(PAPER_PATIENCE), str(st["patience"]), exp))
-        if aux and float(st.get("aux_weight", 1.0)) != 1.0:
-            found.append(("auxiliary loss weight", "1", str(st["aux_weight"]), exp))
-        if aux and st.get("sampling") == "uniform":
-            found.append(("anchor positions", "one per region", "drawn uniformly over the sequence", exp))
-        if aux and st.get("decoder_input") == "teacher":
-            found.append(
-                (
-                    "decoder input",
-                    "its own previous estimate (thesis)",
-                    "the true previous input (teacher forcing)",
-                    exp,
-                )
-            )
-        ref = s.ref_of(exp)
-        diffs = settings_diffs(table2[ref], st) if ref in table2 else []
-        if ref in fig_ref:
-            f = fig_ref[ref]
-            if int(st["hidden"]) != f["hidden"]:
-                diffs.append(("hidden size", str(f["hidden"]), str(st["hidden"])))
-            caps = [int(e) for e in st.get("capture_epochs", [])]
-            if caps != f["capture_epochs"]:
-                diffs.append(("pictures after epochs", str(f["capture_epochs"]), str(caps)))
-        if diffs:
-            found.append(
-                (
-                    f"{ref} settings",
-                    ", ".join(f"{k} {p}" for k, p, _ in diffs),
-                    ", ".join(f"{k} {o}" for k, _, o in diffs),
-                    exp,
-                )
-            )
-    budget = [r for r in all_runs(s) if r.metrics.get("stopped") == "max_epochs"]
-    for r in budget:
-        found.append(
-            (
-                "stopped by",
-                f"early stopping (patience {PAPER_PATIENCE})",
-                f"the epoch budget (max_epochs) in {len(budget)} of {len(all_runs(s))} finished runs",
-                r.experiment,
-            )
-        )
-    return [(*key, _applies_to(s, names)) for key, names in _grouped(found).items()]
-
-
-def deviation_lines(s: Suite) -> list[str]:
-    lines = ["| Setting | Paper | This config | Applies to |", "|---|---|---|---|"]
-    lines += ["| " + " | ".join(fmt.md(c) for c in row) + " |" for row in deviations(s)]
-    return lines + ["", "In every config (config/reference.yaml):", "", *[f"- {n}" for n in general_notes(s)]]
 
 
 # --- diverged runs --------------------------------------------------------------------------
@@ -479,6 +258,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "## Paired comparisons (same seeds, test accuracy)",
             "",
             *paired_lines(s),
+            *own_lines(s),
             *figure_lines(outputs),
             "",
             "## Missing",

@@ -105,10 +105,37 @@ def settings_diffs(paper: dict, st: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def settings_note(paper: dict, st: dict) -> str:
-    """Our hidden size (the paper does not give it) and every setting that differs."""
+def settings_note(paper: dict, st: dict, own: str = "") -> str:
+    """Our hidden size (the paper does not give it), every setting that differs, and the
+    settings the experiment sets itself (`own_settings`)."""
     diffs = [f"{key} {ours} (paper {theirs})" for key, theirs, ours in settings_diffs(paper, st)]
-    return ", ".join([f"d={st['hidden']}", *diffs])
+    return ", ".join([f"d={st['hidden']}", *diffs]) + (f"; {own}" if own else "")
+
+
+# run settings a row's model columns already give, or that say where data goes
+ROW_SETTINGS = {
+    "dataset",
+    "shared",
+    "tasks",
+    "anchors",
+    "window",
+    "hidden",
+    "capture_epochs",
+    "capture_samples",
+}
+
+
+def own_settings(s: Suite, exp: str) -> str:
+    """The run settings an experiment sets itself in the config beyond its model's shape
+    ('aux_anchors mean, lr 0.1'): what makes an ablation one; '' for none."""
+    from psrnn import config as C
+
+    fields = set(C.RunConfig.__dataclass_fields__) - ROW_SETTINGS
+    own = sorted((k, v) for k, v in s.cfg["experiments"][exp].items() if k in fields)
+    return ", ".join(
+        f"{k} {v:g}" if isinstance(v, float) else f"{k} {fmt.tasks(v) if isinstance(v, list) else v}"
+        for k, v in own
+    )
 
 
 # --- Table 1 ------------------------------------------------------------------------------
@@ -177,7 +204,7 @@ def table2(s: Suite) -> Table:
         for exp in exps:
             acc = accuracy(s, exp) if exp else MISSING
             p = params(s, exp) if exp else math.nan
-            note = settings_note(ref, s.settings[exp]) if exp else ""
+            note = settings_note(ref, s.settings[exp], own_settings(s, exp)) if exp else ""
             shared = "" if ref["shared"] is None else f"{ref['shared']} / {ref['private']}"
             rows.append(
                 {
