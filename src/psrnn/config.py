@@ -429,8 +429,8 @@ def check_window(cfg: dict[str, Any], name: str, run: RunConfig, source: str) ->
     n = min_length(cfg, run.dataset)
     if not REGISTRY[run.dataset].short_texts and n - 2 * run.window < run.anchors:
         raise ConfigError(
-            f"{source}: experiments.{name}.window: {run.window} leaves no room for "
-            f"{run.anchors} anchor(s) in [window, n - window] with n = {n} steps"
+            f"{source}: experiments.{name}.anchors/window: {run.anchors} anchor(s) need n - 2 x window >= "
+            f"anchors, but window {run.window} leaves {max(n - 2 * run.window, 0)} of n = {n} steps"
         )
 
 
