@@ -37,7 +37,10 @@ SUITE = W.suite_path(
     default=workflow.source_path("config/paper.yaml"),
     cli_config=dict(workflow.config_settings.config),
 )
-CFG = C.load_suite(SUITE)
+try:
+    CFG = C.load_suite(SUITE)
+except C.ConfigError as err:  # one line, as the CLI says it: a traceback of our frames helps no one
+    sys.exit(f"psrnn: {err}")
 RESULTS = str(C.results_root(CFG))
 DATA = str(C.data_root(CFG))
 

@@ -532,3 +532,17 @@ def test_the_reports_caption_carries_its_verdict_counts(tmp_path, monkeypatch):
     assert committed and committed.startswith("reproduced ")
     captions = W.report_captions(C.load_suite(ROOT / "config" / "relreg.yaml"))
     assert captions["REPORT"].endswith(f"its verdicts: {committed}")
+
+
+def test_a_config_error_under_snakemake_is_one_line(tmp_path):
+    """A bad suite config stops Snakemake with the CLI's one line (it had been followed by
+    three frames of our code) and a failing exit status; nothing is written."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (ROOT / "config" / "small.yaml").read_text().replace("seeds: [0, 1]", "seeds: [0, 1]\nbogus: 1", 1)
+    )
+    res = snakemake("-n", "--configfile", str(bad), cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Traceback" not in out and 'File "' not in out
+    assert f"psrnn: {bad}: (top level): Additional properties are not allowed ('bogus' was unexpected)" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
