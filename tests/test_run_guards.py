@@ -431,3 +431,30 @@ def test_a_run_trains_with_the_suites_threads_and_resumes_only_with_its_own(tmp_
         assert json.loads((run / "metrics.json").read_text())["torch_threads"] == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_train_group_by_hand_takes_the_suites_threads_too(monkeypatch):
+    """As `train`: without --threads, the suite's resources.train.threads (it had been 1
+    whatever the suite said), so a group started by hand runs as Snakemake's job."""
+    import argparse
+
+    from psrnn import fused
+
+    def stop(args):
+        raise InterruptedError("stopped before training")
+
+    monkeypatch.setattr(fused, "group_jobs", stop)
+    before = torch.get_num_threads()
+    suite = C.load_yaml(RELREG_CI)
+    suite["resources"]["train"]["threads"] = 2
+    try:
+        for threads, wanted in ((None, 1), (3, 3)):
+            with pytest.raises(InterruptedError):
+                fused.run(argparse.Namespace(config=RELREG_CI, threads=threads))
+            assert torch.get_num_threads() == wanted
+        monkeypatch.setattr(C, "load_yaml", lambda path: suite)
+        with pytest.raises(InterruptedError):
+            fused.run(argparse.Namespace(config=RELREG_CI, threads=None))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -349,7 +349,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds of training between checkpoints (default {SAVE_EVERY_S:.0f}; 0: every epoch)",
     )
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads; default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (torch.set_num_threads; default: the suite's resources.train.threads, 1 unless "
+        "set, as Snakemake's jobs run it)",
+    )
 
 
 def group_jobs(args: argparse.Namespace) -> list[Job]:
@@ -397,6 +402,10 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.threads is None:
+        from psrnn.workflow import train_threads
+
+        args.threads = train_threads(C.load_yaml(args.config))
     if args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
     torch.set_num_threads(args.threads)
