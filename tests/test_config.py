@@ -128,13 +128,16 @@ def test_window_longer_than_the_sequence_allows_is_named():
     cfg = paper_raw()
     cfg["experiments"]["mnist_ps30_rec_a1"]["window"] = 392  # 784 - 2 * 392 = 0 < 1 anchor
     msg = error_of(cfg)
-    assert "experiments.mnist_ps30_rec_a1.window" in msg and "784" in msg
+    assert (
+        "experiments.mnist_ps30_rec_a1.anchors/window" in msg
+        and "window 392 leaves 0 of n = 784 steps" in msg
+    )
 
 
 def test_window_check_sees_downsampling():
     cfg = C.load_yaml(SMALL)  # 7 x 7 = 49 steps
     cfg["experiments"]["mnist_full_rec_a1"]["window"] = 25
-    assert "experiments.mnist_full_rec_a1.window" in error_of(cfg)
+    assert "experiments.mnist_full_rec_a1.anchors/window" in error_of(cfg)
     cfg["experiments"]["mnist_full_rec_a1"]["window"] = 24
     C.validate_suite(cfg)
 
