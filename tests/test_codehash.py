@@ -35,6 +35,15 @@ def test_a_comment_docstring_or_layout_edit_keeps_the_digest_and_a_real_change_m
     report.write_text(report.read_text() + "\nX = 1\n")
     epoch.write_text(text)
     assert codehash.digest(ROOTS, src) == before
+    # nor does a new command in the CLI's table (the command that trains is its own module)
+    cli = src / "psrnn" / "cli.py"
+    table = "COMMANDS: dict[str, tuple[str, str]] = {"
+    assert cli.read_text().count(table) == 1
+    cli.write_text(cli.read_text().replace(table, table + '\n    "mine": ("mine", "my command"),'))
+    assert codehash.digest(ROOTS, src) == before
+    jobenv = src / "psrnn" / "jobenv.py"  # but the environment a job runs in is followed
+    jobenv.write_text(jobenv.read_text() + "\nX = 1\n")
+    assert codehash.digest(ROOTS, src)["digest"] != before["digest"]
 
 
 def test_the_digests_follow_the_imports_of_each_jobs_entry_points():

@@ -838,3 +838,38 @@ def test_a_report_from_cut_grids_says_so_above_everything(tmp_path):
     )
     small = R.gather({**cfg, "paper_scale": False}, REF, root)
     assert "Cut grids" not in report.report_markdown(small, R.table45(small), A.ablation_table(small), [])
+
+
+def test_stale_finds_runs_of_other_settings_and_forget_has_them_trained_again(tmp_path, monkeypatch, capsys):
+    """Run folders another experiment left (dvc exp apply): a final run and a search run
+    recorded with another lr. `stale` names them; --forget removes their metrics.json and
+    the search group's marker (Snakemake's records would have kept them), nothing else."""
+    from psrnn import groups
+    from psrnn.stale import stale_runs
+
+    monkeypatch.chdir(tmp_path)
+    cfg = {**make_tree(tmp_path), "fused_search": True}
+    assert stale_runs(cfg) == []
+    final = C.run_dir(cfg, "proto_both", 0) / "metrics.json"
+    point = C.search_dir(cfg, "lstm_l2", "l2-0.0_lr-0.01") / "metrics.json"
+    for path in (final, point):
+        m = json.loads(path.read_text())
+        path.write_text(json.dumps({**m, "config": {**m["config"], "lr": 0.5}}))
+    [group] = [g for g, ps in groups.search_groups(cfg, "lstm_l2").items() if "l2-0.0_lr-0.01" in ps]
+    marker = groups.group_marker(cfg, "lstm_l2", group)
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    found = stale_runs(cfg)
+    assert sorted((str(p), str(m)) for p, m, _ in found) == sorted(
+        [(str(point), str(marker)), (str(final), "None")]
+    )
+    assert all(why.startswith("not a run of this suite's settings (lr (checkpoint 0.5") for *_, why in found)
+    (tmp_path / "rr.yaml").write_text(yaml.safe_dump(cfg))
+    before = {p for p in Path().rglob("*") if p.is_file()}
+    assert main(["stale", "--config", "rr.yaml", "--forget"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        "stale rr: 2 finished run(s) of other settings (forgotten: the next Snakemake run trains them again)"
+    )
+    assert {p for p in Path().rglob("*") if p.is_file()} == before - {final, point, marker}
+    assert stale_runs(cfg) == []

@@ -40,6 +40,7 @@ CODE = {  # the digest of its code each stage depends on (the `code` stage write
     "relreg-compile": "relreg-compile",
 }
 CMD = re.compile(
+    r"(?:python -m psrnn stale --config (?P<stale>[\w/.-]+) --forget && )?"
     r"(?:mkdir -p results/(?P<mkdir>[\w-]+)/search && )?"
     r"snakemake --cores all --configfile (?P<config>[\w/.-]+)(?: --until (?P<until>\w+))?"
 )
@@ -111,6 +112,8 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
             m = CMD.fullmatch(st[name]["cmd"])
             assert m and m["config"] == config, st[name]["cmd"]
             assert m["mkdir"] in (None, cfg["name"])
+            # runs another experiment left (dvc exp apply) are trained again, not refused at compile
+            assert m["stale"] == (config if m["until"] == "train" else None), name
             untils[name] = m["until"]
             deps = st[name]["deps"]
             for path in [*COMMON, *STAGE_FILES[name]]:

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("psrnn.results.compile", "compile tables, figures and the report from finished runs"),
     "paper": ("psrnn.results.paper", "build the paper PDF from the compiled tables and figures"),
     "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
+    "stale": ("psrnn.stale", "list (or forget) finished runs recorded with other settings than the suite's"),
     "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
     "code-digest": ("psrnn.codehash", "digests of the code each job runs, comments and docstrings aside"),

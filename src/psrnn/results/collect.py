@@ -164,7 +164,7 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
     fewest = min(tried, key=len)
     raise UserError(
         f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
-        "re-run it (snakemake re-runs changed runs) or delete its folder"
+        "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
     )
 
 

@@ -1,0 +1,75 @@
+"""Finished runs whose records are of other settings than the suite now gives them.
+
+    python -m psrnn stale --config params.yaml            # list them
+    python -m psrnn stale --config params.yaml --forget   # and have Snakemake train them again
+
+Snakemake decides whether a training job runs again from its own records in `.snakemake/`
+(the job's params when it last ran). When run folders come from elsewhere (`dvc exp apply`
+or `dvc checkout` of another experiment's runs, a copy), those records can disagree with
+the files: Snakemake then keeps runs of other settings, and compile refuses them. --forget
+removes each such run's metrics.json (the mark of a finished run; its checkpoints stay,
+and its next training starts over, as `--restart-on-change` does) and the marker of the
+search group it belongs to, so Snakemake trains exactly those runs again. Nothing else is
+touched. dvc.yaml's training stages call it before Snakemake.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from psrnn import config as C
+from psrnn import groups
+from psrnn.errors import UserError
+
+
+def stale_runs(cfg: dict) -> list[tuple[Path, Path | None, str]]:
+    """(metrics.json, its search group's marker or None, why) of every finished run of the
+    suite whose record is not a run of the suite's settings (results.collect.suite_run)."""
+    from psrnn.results.collect import suite_run
+
+    found: list[tuple[Path, Path | None, str]] = []
+    for exp in C.enabled_experiments(cfg):
+        runs: list[tuple[Path, int, str | None, Path | None]] = [
+            (Path(C.run_dir(cfg, exp, seed)), seed, None, None) for seed in cfg["seeds"]
+        ]
+        if C.has_grid(cfg, exp):
+            marker_of = {}
+            if groups.fused_search(cfg):
+                marker_of = {p: g for g, ps in groups.search_groups(cfg, exp).items() for p in ps}
+            for pid, _ in C.grid_points(cfg["experiments"][exp]):
+                group = marker_of.get(pid)
+                marker = groups.group_marker(cfg, exp, group) if group else None
+                runs.append((Path(C.search_dir(cfg, exp, pid)), cfg["seeds"][0], pid, marker))
+        for folder, seed, point, marker in runs:
+            path = folder / "metrics.json"
+            if path.is_file():
+                try:
+                    suite_run(cfg, path, exp, seed, point=point)
+                except UserError as err:
+                    found.append((path, marker, str(err).removeprefix(f"{path}: ")))
+    return found
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument(
+        "--forget",
+        action="store_true",
+        help="remove each stale run's metrics.json (and its search group's marker) so that "
+        "Snakemake trains it again",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.config)
+    found = stale_runs(cfg)
+    for path, marker, why in found:
+        print(f"{path}: {why}")
+        if args.forget:
+            path.unlink()
+            if marker is not None:
+                marker.unlink(missing_ok=True)
+    done = " (forgotten: the next Snakemake run trains them again)" if args.forget and found else ""
+    print(f"stale {cfg['name']}: {len(found)} finished run(s) of other settings{done}")
+    return 0
