@@ -458,3 +458,31 @@ def test_train_group_by_hand_takes_the_suites_threads_too(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_checkpoint_of_other_training_code_starts_over_instead_of_finishing_the_old_run(
+    tmp_path, monkeypatch
+):
+    """Snakemake re-runs a training job when its code digest changes (and on --forcerun),
+    deleting metrics.json first; the job must not then finish the old code's run from its
+    ckpt_last.pt (it had: "resumed after epoch 2" and the old numbers). A checkpoint records
+    the training code's digest and resumes only under the same one."""
+    from psrnn import checkpoint, codehash
+
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, max_epochs=2)
+    run = tmp_path / "run"
+    old = fit(cfg, run, log=quiet)
+    assert torch.load(run / "ckpt_last.pt", weights_only=True)["code"] == checkpoint.training_code(cfg)
+    (run / "metrics.json").unlink()  # what Snakemake does before it runs the job again
+    monkeypatch.setattr(codehash, "training_digest", lambda study: "f" * 64)
+    with pytest.raises(
+        ConfigChanged, match=r"training code \(checkpoint's digest [0-9a-f]{12}, now ffffffffffff"
+    ):
+        fit(cfg, run, log=quiet)
+    lines: list[str] = []
+    new = fit(cfg, run, log=lines.append, restart_on_change=True)
+    assert any(line.startswith("starting over:") and "training code" in line for line in lines)
+    assert not any("resumed after" in line for line in lines)
+    assert new["epochs_run"] == 2 and new["best_valid_acc"] == old["best_valid_acc"]  # trained again
+    assert torch.load(run / "ckpt_last.pt", weights_only=True)["code"] == "f" * 64

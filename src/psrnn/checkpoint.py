@@ -1,6 +1,7 @@
 """A run's resumable state: what ckpt_last.pt holds (model, optimizer, scheduler, every RNG,
 the run's progress) and when a checkpoint may be resumed (same settings but the study's
-resume-exempt ones, same data; psrnn.engine uses it after every epoch, for every study).
+resume-exempt ones, same data, same training code; psrnn.engine uses it after every
+epoch, for every study).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from psrnn import __version__, studies
+from psrnn import __version__, codehash, studies
 from psrnn.errors import UserError
 from psrnn.files import STALE_TEMP, read_json, torch_save, write_bytes, write_json
 
@@ -151,6 +152,7 @@ def save_last(
             "data_manifest_md5": data,
             "kernel_env": kernel_env(),
             "torch_threads": torch.get_num_threads(),
+            "code": training_code(cfg),
             "psrnn_version": __version__,
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
@@ -159,6 +161,13 @@ def save_last(
             "state": {**vars(st)},
         },
     )
+
+
+def training_code(run: Any) -> str:
+    """The digest of the code that trains `run`'s study (psrnn.codehash: comments and
+    docstrings aside): a checkpoint resumes only under the same, so a run Snakemake
+    re-trains for a code change starts over instead of finishing the old code's run."""
+    return codehash.training_digest(studies.of_settings(run).name)
 
 
 def config_differences(saved: dict[str, Any], run: Any) -> list[str]:
@@ -193,6 +202,12 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
         diff.append(
             f"torch threads (checkpoint {threads}, now {torch.get_num_threads()}: a CPU run's numbers depend "
             f"on them; --threads {threads} resumes it)"
+        )
+    code = ckpt.get("code")  # absent before psrnn recorded it
+    if code is not None and code != training_code(run):
+        diff.append(
+            f"training code (checkpoint's digest {code[:12]}, now {training_code(run)[:12]}: "
+            "`python -m psrnn code-digest` lists the modules it covers)"
         )
     unknown = set(ckpt.get("state", {})) - set(RunState.__dataclass_fields__)
     if unknown:
