@@ -10,6 +10,11 @@ class UserError(Exception):
     """An error caused by input (config, archive, path): printed as one line, exit 2."""
 
 
+class ConfigError(UserError, ValueError):
+    """A config value is missing or wrong; the message names the key (or file:line:column).
+    (psrnn.config re-exports it.)"""
+
+
 class TrainingDiverged(UserError):
     """The training loss became NaN/inf in a run's first epoch: the run stops, nothing of the
     epoch is kept and no metrics are written. (Later, engine.fit ends the run with its best

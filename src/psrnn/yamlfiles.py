@@ -1,0 +1,131 @@
+"""Reading config files: YAML as PyYAML reads it, except that 1e-3 is a number and only
+true/false are booleans (as in YAML 1.2), a repeated key is an error, and a top-level
+`extends: <file>` merges a file over another. Errors are one-line ConfigErrors naming
+`file:line:column`. psrnn.config re-exports these.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from psrnn.errors import ConfigError
+
+# YAML 1.1 (PyYAML) reads 1e-3 and 1e6 as strings: a float needs a dot and a signed
+# exponent there. This is its float pattern with YAML 1.2's exponents added.
+FLOAT_PATTERN = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.1 also reads yes/no/on/off as booleans; YAML 1.2 (ruamel, which `dvc exp run -S`
+# writes params.yaml with) reads them as strings and writes `latex: off` unquoted.
+BOOL_PATTERN = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that reads 1e-3, 1e6 and 1E+3 as floats, only true/false as
+    booleans (YAML 1.2 for both), and refuses a mapping
+    that repeats a key (the later value would silently win). Config files and --set."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` keys are meant to be overridden
+            key = self.construct_object(key_node, deep=True)
+            try:
+                mark = first.setdefault(key, key_node.start_mark)
+            except TypeError:
+                continue  # unhashable: construct_mapping below says so
+            if mark is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {mark.line + 1})", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, {FLOAT_TAG: FLOAT_PATTERN, BOOL_TAG: BOOL_PATTERN}.get(tag, regexp))
+        for tag, regexp in resolvers
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line, without the position."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem is None:
+        return " ".join(str(err).split())
+    context = f" ({err.context})" if err.context else ""
+    return f"{err.problem}{context}"
+
+
+def read_yaml(path: Path) -> Any:
+    """One YAML file; a syntax error is a ConfigError `file:line:column: problem`."""
+    try:
+        with path.open("rb") as fh:  # bytes: PyYAML decodes UTF-8/16 whatever the locale
+            return yaml.load(fh, Loader=ConfigLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: {_yaml_problem(err)}") from None
+
+
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML mapping. A top-level `extends: <file>` (relative to this file) loads that
+    file first and merges this one over it, nested mappings key by key, so a config that
+    only switches something on (config/paper-dbpedia.yaml) holds just that change. A key
+    set to null there removes it (config/quick.yaml drops experiments and grids so)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: extends: expected a file name, got {base!r}")
+    parent = (path.parent / base).resolve()
+    if parent in _seen:
+        raise ConfigError(f"{path}: extends: {base}: circular")
+    if not parent.is_file():
+        raise ConfigError(f"{path}: extends: {base}: file not found ({parent})")
+    return _merge(load_yaml(parent, (*_seen, path.resolve())), data)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+            continue
+        both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both_maps else value
+    return out
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`["lr=0.1", "tasks=[rec,pred]"]` -> `{"lr": 0.1, "tasks": ["rec", "pred"]}` (YAML values)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.load(value, Loader=ConfigLoader)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {item!r}: {_yaml_problem(err)}") from None
+    return out
