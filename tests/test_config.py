@@ -82,6 +82,19 @@ def test_paper_dbpedia_extends_paper_and_only_enables_dbpedia():
     assert ext == base
 
 
+def test_a_dataset_no_experiment_trains_on_is_not_prepared_nor_reported():
+    """A copy of small.yaml cut to its MNIST experiments downloads and prepares MNIST only
+    (it had prepared all five datasets, and Table 1 listed them)."""
+    from psrnn import workflow as W
+
+    cfg = C.load_suite(SMALL)
+    cfg["experiments"] = {n: e for n, e in cfg["experiments"].items() if e["dataset"] == "mnist"}
+    assert len(cfg["experiments"]) >= 2 and C.enabled_datasets(cfg) == ["mnist"]
+    assert W.data_job_datasets(cfg) == ["mnist"] and W.manifests(cfg) == [W.manifest(cfg, "mnist")]
+    cfg["datasets"]["mnist"]["enabled"] = False
+    assert C.enabled_datasets(cfg) == [] and C.enabled_experiments(cfg) == []
+
+
 def test_small_config_is_small_and_has_every_family():
     cfg = C.load_suite(SMALL)
     assert cfg["paper_scale"] is False and len(cfg["seeds"]) == 2
@@ -224,8 +237,9 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
 
     cfg = C.load_suite(PAPER_DBPEDIA)
     reference = yaml.safe_load((C.ROOT / "config" / "reference.yaml").read_text())
-    rows = param_table(cfg, reference)
-    assert len(rows) == 22 + 6
+    every = param_table(cfg, reference)
+    rows = [r for r in every if r["paper"]]
+    assert len(rows) == 22 + 6 and {r["experiment"] for r in every} == set(C.enabled_experiments(cfg))
     for r in rows:
         if r["ref"].startswith("table2/"):
             assert 0.95 <= r["ratio"] <= 1.05, r
@@ -234,6 +248,9 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
     assert main(["config", str(PAPER), "--params"]) == 0
     out = capsys.readouterr().out
     assert "mnist_gru" in out and "89,940" in out and "90,000" in out
+    cfg = C.load_suite(SMALL)  # an experiment without a paper count is listed too, with —
+    [own] = [r for r in param_table(cfg, reference) if r["experiment"] == "mnist_fig3_h16"]
+    assert own["ours"] > 0 and own["paper"] is None and own["ratio"] is None
 
 
 def test_configs_are_not_modified_by_validation():

@@ -233,3 +233,22 @@ experiments:
     err = capsys.readouterr().err.strip().splitlines()  # progress lines, then the error
     assert err[-1].startswith("psrnn download: error: imdb: could not get aclImdb_v1.tar.gz")
     assert "md5 mismatch" in err[-1] and sum(e.startswith("psrnn") for e in err) == 1
+
+
+def test_a_small_config_download_by_hand_before_its_fixtures_says_how_to_write_them(
+    tmp_path, monkeypatch, capsys
+):
+    """small.yaml's archives are synthetic fixtures that Snakemake writes first; `download`
+    by hand in a fresh clone had stopped at "md5 file not found" without saying so."""
+    monkeypatch.chdir(tmp_path)
+    small = str(C.ROOT / "config" / "small.yaml")
+    assert main(["download", "mnist", "--config", small]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "psrnn download: error: data/small/fixtures/mnist: the suite's synthetic archives are not written "
+        "yet; `python -m psrnn fixtures data/small/fixtures` writes them (Snakemake does it first)"
+    ]
+    assert not (tmp_path / "data" / "small" / "raw").exists()
+    assert main(["fixtures", "data/small/fixtures"]) == 0
+    assert main(["download", "mnist", "--config", small]) == 0
+    assert (tmp_path / "data" / "small" / "raw" / "mnist" / "download.json").is_file()

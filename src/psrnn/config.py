@@ -330,7 +330,10 @@ def dataset_options(path: str | Path, dataset: str, section: str) -> tuple[dict[
 
 
 def enabled_datasets(cfg: dict[str, Any]) -> list[str]:
-    return [d for d, opts in cfg["datasets"].items() if opts.get("enabled", True)]
+    """The datasets the suite uses: not `enabled: false`, and trained on by an experiment
+    (one no experiment uses is neither downloaded, prepared nor reported)."""
+    used = {exp["dataset"] for exp in cfg["experiments"].values()}
+    return [d for d, opts in cfg["datasets"].items() if opts.get("enabled", True) and d in used]
 
 
 def enabled_experiments(cfg: dict[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--params",
         action="store_true",
-        help="print each experiment's parameter count beside the paper's #Param",
+        help="print each experiment's parameter count beside the paper's #Param (— without one)",
     )
     p.add_argument(
         "--dvc-params",
@@ -80,24 +80,24 @@ def print_params(cfg: dict) -> None:
     reference = C.load_yaml(C.ROOT / "config" / "reference.yaml")
     print(f"{'experiment':28s} {'ref':34s} {'hidden':>6s} {'ours':>11s} {'paper':>11s} ratio")
     for r in param_table(cfg, reference):
+        paper, ratio = (f"{r['paper']:11,d}", f"{r['ratio']:.3f}") if r["paper"] else (f"{'—':>11s}", "—")
         print(
-            f"{r['experiment']:28s} {r['ref']:34s} {r['hidden']:6d} {r['ours']:11,d} "
-            f"{r['paper']:11,d} {r['ratio']:.3f}"
+            f"{r['experiment']:28s} {r['ref'] or '—':34s} {r['hidden']:6d} {r['ours']:11,d} {paper} {ratio}"
         )
 
 
 def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{experiment, ref, ours, paper, ratio}] for every experiment with a `ref:` that has
-    a parameter count (Table 2 and Table 4 rows); counted on the meta device, no data."""
+    """[{experiment, ref, hidden, ours, paper, ratio}] for every enabled experiment, counted
+    on the meta device (no data); ref, paper and ratio are None for an experiment without a
+    paper count (no `ref:`, or a row without #Param: Table 2 and Table 4 rows have one)."""
     from psrnn.models import param_counts
 
     paper = {
         row["id"]: row.get("params") for table in ("table2", "table4") for row in reference.get(table, [])
     }
     rows = []
-    for name, exp in cfg["experiments"].items():
-        if exp.get("ref") not in paper or paper[exp["ref"]] is None:
-            continue
+    for name in C.enabled_experiments(cfg):
+        ref = cfg["experiments"][name].get("ref")
         run = C.resolve_run(cfg, name, cfg["seeds"][0])
         ds = REGISTRY[run.dataset]  # the input's shape; a text alphabet may be set by the config
         features = ds.input_features(cfg["datasets"][run.dataset].get("prepare"))
@@ -105,11 +105,11 @@ def param_table(cfg: dict[str, Any], reference: dict[str, Any]) -> list[dict[str
         rows.append(
             {
                 "experiment": name,
-                "ref": exp["ref"],
+                "ref": ref,
                 "hidden": run.hidden,
                 "ours": ours,
-                "paper": paper[exp["ref"]],
-                "ratio": ours / paper[exp["ref"]],
+                "paper": paper.get(ref),
+                "ratio": ours / paper[ref] if paper.get(ref) else None,
             }
         )
     return rows

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import cast
+from typing import Self, cast
 
 import numpy as np
 import torch
@@ -114,9 +114,7 @@ class ModelConfig:
             )
 
     @classmethod
-    def from_run(
-        cls, run: RunConfig, input_kind: str, features: int, classes: int, steps: int = 784
-    ) -> ModelConfig:
+    def from_run(cls, run: RunConfig, input_kind: str, features: int, classes: int, steps: int = 784) -> Self:
         """The model settings of `run` on data of `input_kind` with `features` values (or
         symbols) per step and `classes` classes; steps: `init_steps` (training passes the
         prepared training split's mean length). A run without auxiliary loss (no shared
@@ -274,6 +272,18 @@ class PSRNN(nn.Module):
         out, _ = self.gru(inp)  # (B, T, d)
         return out
 
+    def replay(self, inp: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
+        """`encode`'s states (B, T, d) step by step, `probe[:, t]` (B, T, d) added to each
+        state as it enters the next step: grad_norms' d(loss)/d(h_t) is the gradient at
+        the probe. A model family with another recurrence replays its own here."""
+        cell = gru_cell(self.gru)
+        h = inp.new_zeros(inp.shape[0], self.config.hidden)
+        states = []
+        for t in range(inp.shape[1]):
+            h = cell(inp[:, t], h) + probe[:, t]  # (B, d)
+            states.append(h)
+        return torch.stack(states, dim=1)
+
     def classify(self, H: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Logits (B, C) from the full state at each sequence's last true step."""
         rows = torch.arange(H.shape[0], device=H.device)
@@ -421,8 +431,8 @@ def grad_norms(
     For each step t: the L2 norm of d(loss)/d(h_t) over the shared units h_t[:r] and over
     the private units h_t[r:], averaged over the sequences that reach t. d/d(h_t) is the
     *total* derivative (through the recurrence, as in the paper's Figure 3.1), measured by
-    adding a zero tensor to each state in a step-by-step replay of the main GRU (a
-    measurement, not the training path). Losses are per sequence, not batch means, so a
+    adding a zero tensor to each state in a step-by-step replay of the main GRU
+    (`PSRNN.replay`; a measurement, not the training path). Losses are per sequence, not batch means, so a
     sequence's gradients do not depend on how many others are measured with it; the aux
     term is aux_weight * aux as it enters the training loss.
 
@@ -432,16 +442,10 @@ def grad_norms(
     # cuDNN computes RNN (decoder) gradients only in training mode; nothing here is random
     with training_mode(model):
         d, r = model.config.hidden, model.shared_units
-        cell = gru_cell(model.gru)
         inp = model.inputs(x)  # (B, T, F')
         B, T, _ = inp.shape
         probe = torch.zeros(B, T, d, device=inp.device, requires_grad=True)  # (B, T, d)
-        h = inp.new_zeros(B, d)
-        states = []
-        for t in range(T):
-            h = cell(inp[:, t], h) + probe[:, t]  # (B, d)
-            states.append(h)
-        H = torch.stack(states, dim=1)  # (B, T, d)
+        H = model.replay(inp, probe)  # (B, T, d)
         ce = F.cross_entropy(model.classify(H, lengths), y.to(H.device), reduction="sum")
         (g_ce,) = torch.autograd.grad(ce, probe, retain_graph=True)  # (B, T, d)
         if model.has_aux and anchors is not None and anchors.shape[1] > 0:

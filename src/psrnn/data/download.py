@@ -273,6 +273,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, help="attempts per URL on network errors")
 
 
+def check_fixtures(folder: str | None, dataset: str, places: list[str]) -> None:
+    """A UserError saying how to write the suite's synthetic archives when `dataset` reads
+    them (one of `places` is under the suite's `fixtures:` folder) and they are not there
+    (Snakemake's fixtures job writes them before any download)."""
+    if not folder or not any(p and Path(p).resolve().is_relative_to(Path(folder).resolve()) for p in places):
+        return
+    if not (Path(folder) / dataset / "MD5SUMS").is_file():
+        raise UserError(
+            f"{Path(folder) / dataset}: the suite's synthetic archives are not written yet; "
+            f"`python -m psrnn fixtures {folder}` writes them (Snakemake does it first)"
+        )
+
+
 def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """(raw folder, source options, stamp for download.json) from --config and the flags;
     the stamp is the config's settings digest when no flag changes what the config says."""
@@ -285,6 +298,7 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict
 
         cfg, opts = C.dataset_options(args.config, args.dataset, "source")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
+        check_fixtures(cfg.get("fixtures"), args.dataset, [*local_bases(opts), str(opts.get("md5") or "")])
         flags = (args.mirror, args.local_dir, args.md5, args.retries, args.no_official, args.no_verify)
         if not any(flags):
             stamp = W.dataset_stamp(cfg, args.dataset)
