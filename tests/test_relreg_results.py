@@ -873,3 +873,32 @@ def test_stale_finds_runs_of_other_settings_and_forget_has_them_trained_again(tm
     )
     assert {p for p in Path().rglob("*") if p.is_file()} == before - {final, point, marker}
     assert stale_runs(cfg) == []
+
+
+def test_stale_code_lists_the_runs_other_training_code_trained(tmp_path, monkeypatch, capsys):
+    """A run trained by hand or copied in has no Snakemake record of the code that made it:
+    `stale --code` finds the suite's runs whose metrics.json records another training-code
+    digest (runs without the field, from before it was recorded, are not listed)."""
+    from psrnn import codehash
+    from psrnn.stale import stale_runs
+
+    monkeypatch.chdir(tmp_path)
+    cfg = make_tree(tmp_path)
+    now = codehash.training_digest("relreg")
+    old, same = (
+        C.run_dir(cfg, "proto_both", 0) / "metrics.json",
+        C.run_dir(cfg, "lstm_l2", 0) / "metrics.json",
+    )
+    for path, code in ((old, "0" * 64), (same, now)):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "training_code": code}))
+    assert stale_runs(cfg) == []  # their settings are the suite's
+    assert stale_runs(cfg, code=True) == [
+        (old, None, f"trained by other code (digest 000000000000, now {now[:12]})")
+    ]
+    (tmp_path / "rr.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["stale", "--config", "rr.yaml", "--code", "--forget"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "stale rr: 1 finished run(s) trained by other training code "
+        "(forgotten: the next Snakemake run trains them again)"
+    )
+    assert not old.exists() and same.exists() and stale_runs(cfg, code=True) == []

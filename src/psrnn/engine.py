@@ -63,6 +63,7 @@ from psrnn.checkpoint import (
     load_last,
     read_metrics,
     save_last,
+    training_code,
 )
 from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text
@@ -101,6 +102,7 @@ COMMON_METRIC_KEYS = frozenset(
         "psrnn_version",
         "kernel_env",
         "torch_threads",
+        "training_code",
         "config",
     }
 )
@@ -464,6 +466,7 @@ def run_metrics(
         "peak_memory_method": memory_method,
         **environment(device),
         "kernel_env": kernel_env(),
+        "training_code": training_code(run),  # psrnn.codehash digest (its checkpoint's too)
         "config": run.to_dict(),
     }
     expected = metric_keys(studies.of_settings(run))

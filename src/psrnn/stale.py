@@ -11,6 +11,13 @@ removes each such run's metrics.json (the mark of a finished run; its checkpoint
 and its next training starts over, as `--restart-on-change` does) and the marker of the
 search group it belongs to, so Snakemake trains exactly those runs again. Nothing else is
 touched. dvc.yaml's training stages call it before Snakemake.
+
+    python -m psrnn stale --config config/small.yaml --code [--forget]
+
+lists (and forgets) instead the runs of the suite's settings that other training code
+trained. Snakemake re-trains those itself where its records say which code made them; a
+run trained by hand (`python -m psrnn train --out results/<name>/runs/...`), copied in or
+committed has no such record. Not part of DVC's stages: it would re-train committed runs.
 """
 
 from __future__ import annotations
@@ -18,16 +25,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from psrnn import codehash, groups, studies
 from psrnn import config as C
-from psrnn import groups
 from psrnn.errors import UserError
+from psrnn.files import read_json
 
 
-def stale_runs(cfg: dict) -> list[tuple[Path, Path | None, str]]:
+def stale_runs(cfg: dict, code: bool = False) -> list[tuple[Path, Path | None, str]]:
     """(metrics.json, its search group's marker or None, why) of every finished run of the
-    suite whose record is not a run of the suite's settings (results.collect.suite_run)."""
+    suite whose record is not a run of the suite's settings (results.collect.suite_run);
+    with `code`, instead: the runs of the suite's settings trained by other training code
+    (metrics.json's `training_code`, absent before psrnn recorded it, is not the digest
+    of the code now: psrnn.codehash)."""
     from psrnn.results.collect import suite_run
 
+    now = codehash.training_digest(studies.study_name(cfg))
     found: list[tuple[Path, Path | None, str]] = []
     for exp in C.enabled_experiments(cfg):
         runs: list[tuple[Path, int, str | None, Path | None]] = [
@@ -47,7 +59,14 @@ def stale_runs(cfg: dict) -> list[tuple[Path, Path | None, str]]:
                 try:
                     suite_run(cfg, path, exp, seed, point=point)
                 except UserError as err:
-                    found.append((path, marker, str(err).removeprefix(f"{path}: ")))
+                    if not code:
+                        found.append((path, marker, str(err).removeprefix(f"{path}: ")))
+                    continue
+                then = read_json(path).get("training_code")
+                if code and then is not None and then != now:
+                    found.append(
+                        (path, marker, f"trained by other code (digest {then[:12]}, now {now[:12]})")
+                    )
     return found
 
 
@@ -59,11 +78,17 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="remove each stale run's metrics.json (and its search group's marker) so that "
         "Snakemake trains it again",
     )
+    p.add_argument(
+        "--code",
+        action="store_true",
+        help="instead: the runs of the suite's settings that other training code trained "
+        "(Snakemake re-trains those only where its records say so; runs made by hand or copied in)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
-    found = stale_runs(cfg)
+    found = stale_runs(cfg, code=args.code)
     for path, marker, why in found:
         print(f"{path}: {why}")
         if args.forget:
@@ -71,5 +96,6 @@ def run(args: argparse.Namespace) -> int:
             if marker is not None:
                 marker.unlink(missing_ok=True)
     done = " (forgotten: the next Snakemake run trains them again)" if args.forget and found else ""
-    print(f"stale {cfg['name']}: {len(found)} finished run(s) of other settings{done}")
+    what = "trained by other training code" if args.code else "of other settings"
+    print(f"stale {cfg['name']}: {len(found)} finished run(s) {what}{done}")
     return 0
