@@ -298,7 +298,6 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict
 
         cfg, opts = C.dataset_options(args.config, args.dataset, "source")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
-        check_fixtures(cfg.get("fixtures"), args.dataset, [*local_bases(opts), str(opts.get("md5") or "")])
         flags = (args.mirror, args.local_dir, args.md5, args.retries, args.no_official, args.no_verify)
         if not any(flags):
             stamp = W.dataset_stamp(cfg, args.dataset)
@@ -318,7 +317,15 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict
 def run(args: argparse.Namespace) -> int:
     raw, opts, stamp = source_options(args)  # a config says first whether its study downloads
     source(args.dataset)
-    record = download(args.dataset, raw, opts, stamp=stamp)
+    try:
+        record = download(args.dataset, raw, opts, stamp=stamp)
+    except FileNotFoundError:
+        if args.config:  # the suite's synthetic archives, not written yet? say how
+            from psrnn import config as C
+
+            places = [*local_bases(opts), str(opts.get("md5") or "")]
+            check_fixtures(C.load_yaml(args.config).get("fixtures"), args.dataset, places)
+        raise
     total = sum(f["bytes"] for f in record["files"].values())
     print(f"{args.dataset}: {len(record['files'])} file(s), {total / 1e6:.1f} MB in {raw}")
     return 0
