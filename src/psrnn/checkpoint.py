@@ -203,10 +203,10 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
             f"torch threads (checkpoint {threads}, now {torch.get_num_threads()}: a CPU run's numbers depend "
             f"on them; --threads {threads} resumes it)"
         )
-    code = ckpt.get("code")  # absent before psrnn recorded it
-    if code is not None and code != training_code(run):
+    code, now = ckpt.get("code"), training_code(run)  # absent before psrnn recorded it
+    if code is not None and code != now:
         diff.append(
-            f"training code (checkpoint's digest {code[:12]}, now {training_code(run)[:12]}: "
+            f"training code (checkpoint's digest {code[:12]}, now {now[:12]}: "
             "`python -m psrnn code-digest` lists the modules it covers)"
         )
     unknown = set(ckpt.get("state", {})) - set(RunState.__dataclass_fields__)

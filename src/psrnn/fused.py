@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from psrnn import config as C
-from psrnn import groups, studies
+from psrnn import groups, jobenv, studies
 from psrnn.checkpoint import Generators, RunState, adopt_finished, save_last
 from psrnn.engine import (
     best_checkpoint,
@@ -402,13 +402,7 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads is None:
-        from psrnn.workflow import train_threads
-
-        args.threads = train_threads(C.load_yaml(args.config))
-    if args.threads < 1:
-        raise UserError(f"--threads {args.threads}: must be at least 1")
-    torch.set_num_threads(args.threads)
+    jobenv.set_threads(args.threads, args.config)
     jobs = group_jobs(args)
     t0 = time.perf_counter()
     metrics = fit_group(jobs, restart_on_change=args.restart_on_change, save_every_s=args.save_every)

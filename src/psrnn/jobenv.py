@@ -7,7 +7,8 @@ Some variables (config/small.yaml's `job_env`: ATEN_CPU_CAPABILITY, MKL_CBWR) pi
 kernels a run uses and must be set before torch starts. Snakemake's jobs export them; a
 `train` command whose suite sets them, started without them, starts itself again with them
 (os.execv, before torch is imported), so a run gives the same numbers however it was
-started. Its checkpoint records them (psrnn.checkpoint.KERNEL_ENV).
+started. Its checkpoint records them (psrnn.checkpoint.KERNEL_ENV). Torch's CPU thread
+count changes the numbers too: `set_threads` gives both commands the suite's.
 """
 
 from __future__ import annotations
@@ -53,3 +54,21 @@ def apply(argv: list[str]) -> None:
     missing = {k: v for k, v in suite_env(argv).items() if os.environ.get(k) != v}
     if missing and "torch" not in sys.modules:
         os.execve(sys.executable, [sys.executable, "-m", "psrnn", *argv], {**os.environ, **missing})
+
+
+def set_threads(threads: int | None, config: str) -> None:
+    """torch's CPU threads for `train`/`train-group`: `threads` (--threads), else the suite's
+    resources.train.threads as Snakemake's jobs run it (1 unless set; a flat run YAML, which
+    has no suite: 1). A CPU run's numbers depend on it (its checkpoint records it)."""
+    import torch
+
+    from psrnn import config as C
+    from psrnn.errors import UserError
+    from psrnn.workflow import train_threads
+
+    if threads is None:
+        raw = C.load_yaml(config)
+        threads = train_threads(raw) if "experiments" in raw else 1
+    if threads < 1:
+        raise UserError(f"--threads {threads}: must be at least 1")
+    torch.set_num_threads(threads)

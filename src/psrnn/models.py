@@ -432,9 +432,9 @@ def grad_norms(
     the private units h_t[r:], averaged over the sequences that reach t. d/d(h_t) is the
     *total* derivative (through the recurrence, as in the paper's Figure 3.1), measured by
     adding a zero tensor to each state in a step-by-step replay of the main GRU
-    (`PSRNN.replay`; a measurement, not the training path). Losses are per sequence, not batch means, so a
-    sequence's gradients do not depend on how many others are measured with it; the aux
-    term is aux_weight * aux as it enters the training loss.
+    (`PSRNN.replay`; a measurement, not the training path). Losses are per sequence, not
+    batch means, so a sequence's gradients do not depend on how many others are measured
+    with it; the aux term is aux_weight * aux as it enters the training loss.
 
     Returns float64 arrays (T,) ce_shared, ce_private, aux_shared, aux_private and int64
     scalars shared_units, hidden.

@@ -28,7 +28,6 @@ from pathlib import Path
 from psrnn import codehash, groups, studies
 from psrnn import config as C
 from psrnn.errors import UserError
-from psrnn.files import read_json
 
 
 def stale_runs(cfg: dict, code: bool = False) -> list[tuple[Path, Path | None, str]]:
@@ -57,12 +56,12 @@ def stale_runs(cfg: dict, code: bool = False) -> list[tuple[Path, Path | None, s
             path = folder / "metrics.json"
             if path.is_file():
                 try:
-                    suite_run(cfg, path, exp, seed, point=point)
+                    record = suite_run(cfg, path, exp, seed, point=point)
                 except UserError as err:
                     if not code:
                         found.append((path, marker, str(err).removeprefix(f"{path}: ")))
                     continue
-                then = read_json(path).get("training_code")
+                then = record.get("training_code")
                 if code and then is not None and then != now:
                     found.append(
                         (path, marker, f"trained by other code (digest {then[:12]}, now {now[:12]})")

@@ -28,9 +28,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from psrnn import config as C
+from psrnn import jobenv
 from psrnn.checkpoint import ConfigChanged, Generators, config_differences, refuse_foreign  # noqa: F401 (re-exports)
 from psrnn.data import SequenceSplit, batch_order, load_split, read_manifest  # noqa: F401 (re-exports)
 from psrnn.engine import HEARTBEAT_S, StepHook, fit, metric_keys, pick_device, seed_everything  # noqa: F401
@@ -151,15 +150,8 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
-    from psrnn.workflow import train_threads
-
     cfg, out, meta = resolve_args(args)
-    if args.threads is None:  # as the suite's Snakemake jobs run (a flat run YAML: 1)
-        raw = C.load_yaml(args.config)
-        args.threads = train_threads(raw) if "experiments" in raw else 1
-    if args.threads < 1:
-        raise UserError(f"--threads {args.threads}: must be at least 1")
-    torch.set_num_threads(args.threads)
+    jobenv.set_threads(args.threads, args.config)
     metrics = fit(cfg, out, meta, restart_on_change=args.restart_on_change, reuse=args.reuse)
     print(
         f"test_acc {metrics['test_acc']:.4f} (best valid {metrics['best_valid_acc']:.4f} "
