@@ -214,7 +214,7 @@ rule search:
         **train_resources(),
     params:
         spec=lambda w: W.experiment_spec(CFG, w.experiment, w.point),
-        seed=CFG["seeds"][0],
+        seed=C.search_seed(CFG),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
@@ -286,6 +286,43 @@ rule train:
         'OMP_NUM_THREADS={threads} python -m psrnn train --config "$PSRNN_CONFIG" '
         "--experiment {wildcards.experiment} --seed {wildcards.seed} {params.selected} "
         "--out {params.out} --restart-on-change --threads {threads} > {log} 2>&1"
+
+
+rule final_group:
+    """Every final run of one experiment (the suite's `fused_finals: true`; psrnn.fused) in
+    one process, runs of one shape as one batched model, so that all of them take the same
+    numeric path; each keeps its own run folder. A killed job resumes each unfinished run
+    from its checkpoint."""
+    input:
+        unpack(lambda w: train_inputs(w.experiment)),
+    output:
+        expand(f"{RESULTS}/runs/{{{{experiment}}}}/seed{{seed}}/metrics.json", seed=CFG["seeds"]),
+    log:
+        f"{RESULTS}/logs/train/{{experiment}}/group.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{experiment}}/group.tsv"
+    retries: W.TRAIN_RETRIES
+    threads: TRAIN_THREADS
+    resources:
+        **train_resources(),
+    params:
+        spec=lambda w: W.experiment_spec(CFG, w.experiment),
+        selected=lambda w, input: f"--selected {input.selected}" if "selected" in input.keys() else "",
+        seeds=" ".join(str(s) for s in CFG["seeds"]),
+    shell:
+        'OMP_NUM_THREADS={threads} python -m psrnn train-group --config "$PSRNN_CONFIG" '
+        "--experiment {wildcards.experiment} --seeds {params.seeds} {params.selected} "
+        "--restart-on-change --threads {threads} > {log} 2>&1"
+
+
+# Both make runs/<experiment>/seed<k>/metrics.json: the suite's `fused_finals` picks one.
+if G.fused_finals(CFG):
+
+    ruleorder: final_group > train
+
+else:
+
+    ruleorder: train > final_group
 
 
 rule compile:

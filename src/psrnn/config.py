@@ -329,6 +329,11 @@ def dataset_options(path: str | Path, dataset: str, section: str) -> tuple[dict[
     return cfg, dict(cfg["datasets"][dataset].get(section) or {})
 
 
+def search_seed(cfg: dict[str, Any]) -> int:
+    """The seed of the grid-search runs: `search_seed`, else the first of `seeds`."""
+    return int(cfg.get("search_seed", cfg["seeds"][0]))
+
+
 def enabled_datasets(cfg: dict[str, Any]) -> list[str]:
     """The datasets the suite uses: not `enabled: false`, and trained on by an experiment
     (one no experiment uses is neither downloaded, prepared nor reported)."""

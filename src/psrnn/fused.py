@@ -65,7 +65,7 @@ from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text
 from psrnn.machine import PeakMemory
 from psrnn.runlog import diverged_line, divergence, history_csv
-from psrnn.selection import read_selected, refuse_switched_off
+from psrnn.selection import overrides_for, read_selected, refuse_switched_off
 
 SAVE_EVERY_S = 60.0  # seconds of training between a group's checkpoints
 
@@ -365,17 +365,19 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
         raise UserError(f"unknown experiment {exp!r}; known: {', '.join(sorted(suite['experiments']))}")
     refuse_switched_off(suite, exp, args.config)
     if args.seeds:  # final runs
-        selected, reuse_point = None, None
+        sel = None
         if C.has_grid(suite, exp):
             if not args.selected:
                 raise UserError(f"--seeds: experiment {exp} has a grid, so --selected is required")
             sel = read_selected(args.selected, exp)
-            selected, reuse_point = sel["overrides"], sel.get("point")
         jobs = []
         for seed in args.seeds:
+            reuse_point, selected = overrides_for(sel, seed) if sel else (None, None)
             run = C.resolve_run(suite, exp, seed, selected=selected)
             reuse = (
-                C.search_dir(suite, exp, reuse_point) if reuse_point and seed == suite["seeds"][0] else None
+                C.search_dir(suite, exp, reuse_point)
+                if reuse_point and seed == C.search_seed(suite)
+                else None
             )
             jobs.append(
                 Job(
@@ -390,7 +392,7 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
     if args.group is not None and args.group not in points:
         raise UserError(f"experiments.{exp}: no group {args.group!r}; known: {', '.join(points)}")
     chosen = points[args.group] if args.group is not None else [p for ps in points.values() for p in ps]
-    seed = suite["seeds"][0]
+    seed = C.search_seed(suite)
     return [
         Job(
             C.resolve_run(suite, exp, seed, point=pid),

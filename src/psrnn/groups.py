@@ -44,7 +44,7 @@ def search_groups(cfg: dict[str, Any], experiment: str) -> dict[str, list[str]]:
         {
             "defaults": cfg.get("defaults", {}),
             "experiment": exp,
-            "seed": cfg["seeds"][0],
+            "seed": C.search_seed(cfg),
             "study": studies.study_name(cfg),
             "name": cfg["name"],
         },
@@ -94,6 +94,11 @@ def _shared_name(overrides: list[dict[str, Any]]) -> str:
 
 def fused_search(cfg: dict[str, Any]) -> bool:
     return bool(cfg.get("fused_search"))
+
+
+def fused_finals(cfg: dict[str, Any]) -> bool:
+    """The final runs of an experiment train in one job (rule final_group)."""
+    return bool(cfg.get("fused_finals"))
 
 
 def group_marker(cfg: dict[str, Any], experiment: str, group: str) -> Path:

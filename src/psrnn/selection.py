@@ -6,14 +6,27 @@
 
 selected.json = {"experiment", "point", "overrides" (the point's grid values, what
 `train --selected` applies), "best_valid_acc", "candidates": [{"point", "valid_acc"}, ...]
-in grid order}. The best point has the highest `best_valid_acc`; ties go to the lower
-validation loss (main + aux of the best checkpoint), then to the earlier grid point, so
-the choice never depends on file-system order. The test set is never looked at.
+in grid order}. The best point has the highest `best_valid_acc`. Points tied at it are
+treated by the suite's `ties:` rule, fixed before any run:
+
+- `loss` (the default): the lower validation loss (main + aux of the best checkpoint)
+  wins, then the earlier grid point, so the choice never depends on file-system order.
+- `draw`: no tied point wins. The record adds "ties": "draw", "tied" (the tie set, in grid
+  order) and "draws": [{"seed", "point", "overrides"}], one per final seed: final run i
+  trains the i-th point of the tie set in draw_order (a hash of the experiment and the
+  point id; the set repeats when it has fewer points than seeds), so the final runs are a
+  sample of the tie set. A hash order, not a random draw over the whole set, keeps every
+  other draw where it was when a point joins or leaves the tie set by float rounding. No
+  loss decides, so a regulariser's penalty (which lowers the validation accuracy of no
+  tied point, but raises or lowers its loss) cannot pick the unregularised point.
+
+The test set is never looked at.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +42,29 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
 
 
+TIE_RULES = ("loss", "draw")
+
+
+def draw_order(experiment: str, tied: list[str]) -> list[str]:
+    """The tie set in the order final runs draw it: by SHA-256 of "experiment/point"."""
+    return sorted(tied, key=lambda pid: hashlib.sha256(f"{experiment}/{pid}".encode()).hexdigest())
+
+
 def select(
-    experiment: str, points: list[tuple[str, dict[str, Any]]], metrics: dict[str, dict[str, Any]]
+    experiment: str,
+    points: list[tuple[str, dict[str, Any]]],
+    metrics: dict[str, dict[str, Any]],
+    ties: str = "loss",
+    seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """The selection record from each grid point's metrics.json (point id -> dict).
 
     `points` is the grid in order, [(point id, overrides)]; every point must have metrics.
+    `ties`: the suite's rule for points tied at the best validation accuracy (module
+    docstring); `draw` needs the final runs' `seeds`.
     """
+    if ties not in TIE_RULES:
+        raise UserError(f"ties: {ties!r} is no tie rule; known: {', '.join(TIE_RULES)}")
     missing = [pid for pid, _ in points if pid not in metrics]
     if missing:
         raise UserError(
@@ -50,13 +79,41 @@ def select(
 
     best = min(range(len(points)), key=rank)
     pid, overrides = points[best]
-    return {
+    record: dict[str, Any] = {
         "experiment": experiment,
         "point": pid,
         "overrides": overrides,
         "best_valid_acc": float(metrics[pid]["best_valid_acc"]),
         "candidates": [{"point": p, "valid_acc": float(metrics[p]["best_valid_acc"])} for p, _ in points],
     }
+    if ties == "draw":
+        if not seeds:
+            raise UserError(f"experiment {experiment}: ties: draw needs the final runs' seeds")
+        top = float(metrics[pid]["best_valid_acc"])
+        tied = [p for p, _ in points if float(metrics[p]["best_valid_acc"]) == top]
+        order, by_id = draw_order(experiment, tied), dict(points)
+        draws = [
+            {"seed": seed, "point": order[i % len(order)], "overrides": by_id[order[i % len(order)]]}
+            for i, seed in enumerate(seeds)
+        ]
+        # "point"/"overrides": the first final run's, for readers of one point
+        record.update(point=draws[0]["point"], overrides=draws[0]["overrides"])
+        record.update(ties="draw", tied=tied, draws=draws)
+    return record
+
+
+def overrides_for(sel: dict[str, Any], seed: int) -> tuple[str | None, dict[str, Any]]:
+    """(grid point, its overrides) that a selection gives the final run of `seed`: its
+    draw under `ties: draw`, else the one selected point."""
+    for d in sel.get("draws") or []:
+        if d.get("seed") == seed:
+            return d.get("point"), d["overrides"]
+    if sel.get("draws"):
+        raise UserError(
+            f"selected.json of {sel.get('experiment')}: no draw for seed {seed} "
+            f"(draws for seeds {', '.join(str(d.get('seed')) for d in sel['draws'])}); run select again"
+        )
+    return sel.get("point"), sel["overrides"]
 
 
 def read_selected(path: str | Path, experiment: str) -> dict[str, Any]:
@@ -101,12 +158,19 @@ def run(args: argparse.Namespace) -> int:
     if not C.has_grid(cfg, args.experiment):
         raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
     points = C.grid_points(cfg["experiments"][args.experiment])
-    record = select(args.experiment, points, read_search(cfg, args.experiment))
+    ties = cfg.get("ties", "loss")
+    record = select(args.experiment, points, read_search(cfg, args.experiment), ties, list(cfg["seeds"]))
     record.update(W.selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
     write_json(out, record)
     for c in record["candidates"]:
         mark = "*" if c["point"] == record["point"] else " "
         print(f"{mark} {c['point']:40s} valid_acc {c['valid_acc']:.4f}")
-    print(f"{args.experiment}: selected {record['point']} -> {out}")
+    if ties == "draw":
+        print(
+            f"{args.experiment}: {len(record['tied'])} of {len(points)} points tied at valid_acc "
+            f"{record['best_valid_acc']:.4f}; {len(record['draws'])} final runs draw from them -> {out}"
+        )
+    else:
+        print(f"{args.experiment}: selected {record['point']} -> {out}")
     return 0

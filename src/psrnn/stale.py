@@ -36,13 +36,16 @@ def stale_runs(cfg: dict, code: bool = False) -> list[tuple[Path, Path | None, s
     with `code`, instead: the runs of the suite's settings trained by other training code
     (metrics.json's `training_code`, absent before psrnn recorded it, is not the digest
     of the code now: psrnn.codehash)."""
-    from psrnn.results.collect import suite_run
+    from psrnn.results.collect import read_selection, suite_run
+    from psrnn.selection import overrides_for
 
     now = codehash.training_digest(studies.study_name(cfg))
     found: list[tuple[Path, Path | None, str]] = []
     for exp in C.enabled_experiments(cfg):
+        sel = read_selection(cfg, C.results_root(cfg), exp)  # a final run: the point selection gave its seed
         runs: list[tuple[Path, int, str | None, Path | None]] = [
-            (Path(C.run_dir(cfg, exp, seed)), seed, None, None) for seed in cfg["seeds"]
+            (Path(C.run_dir(cfg, exp, seed)), seed, overrides_for(sel, seed)[0] if sel else None, None)
+            for seed in cfg["seeds"]
         ]
         if C.has_grid(cfg, exp):
             marker_of = {}
@@ -51,7 +54,7 @@ def stale_runs(cfg: dict, code: bool = False) -> list[tuple[Path, Path | None, s
             for pid, _ in C.grid_points(cfg["experiments"][exp]):
                 group = marker_of.get(pid)
                 marker = groups.group_marker(cfg, exp, group) if group else None
-                runs.append((Path(C.search_dir(cfg, exp, pid)), cfg["seeds"][0], pid, marker))
+                runs.append((Path(C.search_dir(cfg, exp, pid)), C.search_seed(cfg), pid, marker))
         for folder, seed, point, marker in runs:
             path = folder / "metrics.json"
             if path.is_file():

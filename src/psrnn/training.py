@@ -46,7 +46,7 @@ from psrnn.errors import UserError
 from psrnn.machine import PeakMemory, cpu_name, environment, git_commit  # noqa: F401 (re-exports)
 from psrnn.models import PSRNN, build_model, count_params, grad_norms  # noqa: F401 (re-exports)
 from psrnn.runlog import clock, diverged_line, divergence, heartbeat_line, history_csv, write_npz  # noqa: F401
-from psrnn.selection import read_selected, refuse_switched_off
+from psrnn.selection import overrides_for, read_selected, refuse_switched_off
 from psrnn.studies import STUDIES
 from psrnn.study import (  # noqa: F401 (re-exports: the first study's hooks, psrnn.study)
     HISTORY_COLUMNS,
@@ -129,13 +129,16 @@ def resolve_args(args: argparse.Namespace) -> tuple[C.RunConfig, Path, dict[str,
     if args.point and args.selected:
         raise UserError("--point (a search run) and --selected (a final run) exclude each other")
     selected = None
-    seed = suite["seeds"][0] if args.seed is None else args.seed
+    if args.seed is not None:
+        seed = args.seed
+    else:  # a search run: the search seed; a final run: the first final seed
+        seed = C.search_seed(suite) if args.point else suite["seeds"][0]
     if args.selected:
         sel = read_selected(args.selected, args.experiment)
-        selected = sel["overrides"]
-        if seed == suite["seeds"][0] and sel.get("point") and args.reuse is None:
+        point, selected = overrides_for(sel, seed)
+        if seed == C.search_seed(suite) and point and args.reuse is None:
             # the search trained the selected point with this seed: the same run (adopt checks)
-            args.reuse = str(C.search_dir(suite, args.experiment, sel["point"]))
+            args.reuse = str(C.search_dir(suite, args.experiment, point))
     cfg = C.resolve_run(
         suite, args.experiment, seed, point=args.point, selected=selected, overrides=overrides
     )

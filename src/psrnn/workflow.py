@@ -288,7 +288,7 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
     A Snakemake param: an edit re-runs exactly the jobs whose resolved settings it changes
     (a `defaults` value that an experiment or its grid overrides changes none)."""
     exp = cfg["experiments"][experiment]
-    seed = cfg["seeds"][0]
+    seed = C.search_seed(cfg)
     if point:
         settings = C.resolve_run(cfg, experiment, seed, point=point).to_dict()
     else:
@@ -336,7 +336,10 @@ def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
     """What select records in selected.json: the settings it was chosen for. Not the code's
     digest: a change of the training code re-runs the search and final jobs themselves
     (their params), and the committed selections stay current across it."""
-    return {SPEC_KEY: spec_digest(experiment_spec(cfg, experiment, code=False))}
+    spec = experiment_spec(cfg, experiment, code=False)
+    if cfg.get("ties") == "draw":  # the draws map the final seeds to tied points
+        spec = json.dumps({"spec": spec, "ties": "draw", "seeds": list(cfg["seeds"])}, sort_keys=True)
+    return {SPEC_KEY: spec_digest(spec)}
 
 
 def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, str]]:

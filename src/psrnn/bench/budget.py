@@ -128,7 +128,7 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
         if C.has_grid(suite, name):
             points = [*C.grid_points(exp)]
         for pid, _ in points:
-            cfg = C.resolve_run(suite, name, suite["seeds"][0], point=pid)
+            cfg = C.resolve_run(suite, name, C.search_seed(suite), point=pid)
             facts = REGISTRY[ds]
             steps = facts.steps(opts)
             if steps is not None:  # images: every sequence has the same length

@@ -69,7 +69,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         for pid, _ in C.grid_points(cfg["experiments"][exp]):
             p = _under(results_dir, C.search_dir(cfg, exp, pid), cfg) / "metrics.json"
             if p.is_file():
-                found.append((pid, suite_run(cfg, p, exp, cfg["seeds"][0], point=pid)))
+                found.append((pid, suite_run(cfg, p, exp, C.search_seed(cfg), point=pid)))
         points[exp] = found
         sel = _under(results_dir, C.selection_path(cfg, exp), cfg)
         if sel.is_file():

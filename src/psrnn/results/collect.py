@@ -178,15 +178,39 @@ def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
 def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
     """Finished runs of every enabled experiment for the config's seeds (sorted), each
     checked to be the suite's (suite_run)."""
+    from psrnn.selection import overrides_for
+
     out: dict[str, list[Run]] = {}
     for exp in C.enabled_experiments(cfg):
+        sel = read_selection(cfg, results_dir, exp)
         runs = []
         for seed in sorted(cfg["seeds"]):
             d = results_dir / "runs" / exp / f"seed{seed}"
             if (d / "metrics.json").is_file():
-                runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed)))
+                point = overrides_for(sel, seed)[0] if sel else None
+                runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
         out[exp] = runs
     return out
+
+
+def read_selection(cfg: dict[str, Any], results_dir: Path, experiment: str) -> dict[str, Any] | None:
+    """The experiment's selected.json under `results_dir` when it has a grid and one is
+    there (its final runs must then be of the point it gives their seed), else None."""
+    from psrnn.selection import read_selected
+
+    if not C.has_grid(cfg, experiment):
+        return None
+    path = results_dir / C.selection_path(cfg, experiment).relative_to(C.results_root(cfg))
+    if not path.is_file():
+        return None
+    try:
+        return read_selected(path, experiment)
+    except UserError:
+        raise
+    except (ValueError, OSError) as err:
+        raise UserError(
+            f"{path}: not a readable selected.json ({err}); run `python -m psrnn select` again"
+        ) from err
 
 
 def load_settings(cfg: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
@@ -209,7 +233,7 @@ def load_search(cfg: dict[str, Any], results_dir: Path) -> list[dict[str, Any]]:
     for path in sorted((results_dir / "search").glob("*/*/metrics.json")):
         exp, pid = path.parent.parent.name, path.parent.name
         if exp in cfg["experiments"] and pid in {p for p, _ in C.grid_points(cfg["experiments"][exp])}:
-            out.append(suite_run(cfg, path, exp, cfg["seeds"][0], point=pid))
+            out.append(suite_run(cfg, path, exp, C.search_seed(cfg), point=pid))
     return out
 
 

@@ -1,0 +1,130 @@
+"""The thesis' bold (selected) hyper-parameters of Tables 4.1-4.4, as config/relreg-reference.yaml
+records them under each grid's `bold`: the bold was lost when the thesis' text was extracted,
+but each value row keeps one stray space beside the bolded value. These tests re-derive every
+recorded reading from its printed row by that rule, check that the 16 rows cover each table's
+grid settings once with values of that grid, and, where the seed text lies next to the
+checkout, that the recorded rows are the seed text's rows, none left out."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from psrnn.relreg.collect import REFERENCE_PATH
+from psrnn.yamlfiles import read_yaml
+
+REF = read_yaml(REFERENCE_PATH)
+GRIDS = {g["table"]: g for g in REF["grids"]}
+SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "003_b7fe4d80f7aba9c5.txt"
+TABLES = ["4.1", "4.2", "4.3", "4.4"]
+
+
+def items(printed: str) -> list[str]:
+    """The braces' content split at its top-level commas (not those inside parentheses),
+    each piece with its spaces as printed."""
+    if not (printed.startswith("{") and printed.endswith("}")):
+        raise ValueError(f"not a braced row: {printed!r}")
+    pieces, depth, start = [], 0, 1
+    for i, ch in enumerate(printed[1:-1], start=1):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            pieces.append(printed[start:i])
+            start = i + 1
+    return pieces + [printed[start:-1]]
+
+
+def bold_reading(printed: str) -> str:
+    """The one item of a printed row written otherwise than `v` (the first) or ` v` (the
+    others): the lost bold mark. ValueError unless exactly one item is so marked."""
+    pieces = items(printed)
+    marked = [p.strip() for i, p in enumerate(pieces) if p != ("" if i == 0 else " ") + p.strip()]
+    if len(marked) != 1:
+        raise ValueError(f"{printed!r}: {len(marked)} marked items, not 1")
+    return marked[0]
+
+
+def rows(table: str) -> list[dict]:
+    return GRIDS[table]["bold"]
+
+
+def all_rows() -> list[tuple[str, dict]]:
+    return [(t, row) for t in TABLES for row in rows(t)]
+
+
+def as_value(reading: str):
+    """A reading as the YAML records it: a number, or a list for a tuple."""
+    value = ast.literal_eval(reading)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def test_the_rule_on_constructed_rows():
+    assert bold_reading("{1, 2 , 3}") == "2"
+    assert bold_reading("{ 1 , 2}") == "1"
+    assert bold_reading("{(1, 2), (3, 4) }") == "(3, 4)"
+    assert bold_reading("{(1, 2) , (3, 4)}") == "(1, 2)"  # the commas inside parentheses do not split
+    with pytest.raises(ValueError, match="0 marked"):
+        bold_reading("{1, 2, 3}")
+    with pytest.raises(ValueError, match="2 marked"):
+        bold_reading("{1 , 2, 3 }")
+
+
+def test_each_recorded_value_is_its_printed_rows_reading():
+    assert sorted(GRIDS) == TABLES
+    for table, row in all_rows():
+        reading = bold_reading(row["printed"])  # raises unless exactly one item is marked
+        assert as_value(reading) == row["value"], (table, row)
+        if len(row["keys"]) > 1:
+            assert isinstance(row["value"], list) and len(row["value"]) == len(row["keys"]), (table, row)
+
+
+def test_sixteen_rows_cover_each_tables_grid_settings_once():
+    assert len(all_rows()) == 16
+    for table in TABLES:
+        grid = GRIDS[table]["grid"]
+        expected = [(k,) for k in grid if k != "tied"]
+        if "tied" in grid:
+            tied_keys = {tuple(item) for item in grid["tied"]}
+            assert len(tied_keys) == 1, table  # every tied choice names the same settings
+            expected += list(tied_keys)
+        got = Counter(tuple(row["keys"]) for row in rows(table))
+        assert got == Counter(expected), table
+
+
+def test_each_value_is_one_of_its_tables_grid_values():
+    for table, row in all_rows():
+        grid = GRIDS[table]["grid"]
+        if len(row["keys"]) == 1:
+            assert row["value"] in grid[row["keys"][0]], (table, row)
+        else:
+            assert dict(zip(row["keys"], row["value"])) in grid["tied"], (table, row)
+
+
+def seed_rows(text: str) -> dict[str, list[str]]:
+    """The value rows (the part after the tab) of each grid table of the seed text: the lines
+    between a "Hyper-parameter<TAB>Values" header and the next "Table 4.x:" caption."""
+    tables: dict[str, list[str]] = {}
+    block: list[str] | None = None
+    for line in text.splitlines():
+        if line == "Hyper-parameter\tValues":
+            block = []
+        elif (caption := re.match(r"Table (4\.\d+):", line)) and block is not None:
+            assert caption[1] not in tables, caption[1]
+            tables[caption[1]] = block
+            block = None
+        elif block is not None and line.strip():
+            _name, values = line.split("\t")
+            block.append(values)
+    return tables
+
+
+def test_printed_rows_are_the_seed_texts_rows():
+    if not SEED.is_file():
+        pytest.skip(f"the thesis' seed text is not next to the checkout ({SEED})")
+    text = SEED.read_text(encoding="utf-8")
+    for table, row in all_rows():
+        assert row["printed"] in text, (table, row["printed"])
+    assert seed_rows(text) == {t: [row["printed"] for row in rows(t)] for t in TABLES}
