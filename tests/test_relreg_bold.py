@@ -128,3 +128,27 @@ def test_printed_rows_are_the_seed_texts_rows():
     for table, row in all_rows():
         assert row["printed"] in text, (table, row["printed"])
     assert seed_rows(text) == {t: [row["printed"] for row in rows(t)] for t in TABLES}
+
+
+def test_the_thesis_rows_of_relreg_yaml_train_the_bolded_settings(tmp_path):
+    """config/relreg.yaml's *_thesis experiments (Table 4.5 as the thesis trained it) set
+    exactly the readings above for their model (psrnn.relreg.results.thesis_differences,
+    which the table's caption uses); a changed value is named."""
+    from psrnn import config as C
+    from psrnn.relreg import results as R
+    from psrnn.results.collect import load_reference
+
+    cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
+    s = R.gather(cfg, load_reference(REFERENCE_PATH), tmp_path)  # no runs: settings from the config
+    fixed = [e for _, e in R.rows(s, table=R.FIXED) if e]
+    assert fixed == [
+        "lstm_thesis",
+        "rmc_thesis",
+        "transformer_thesis",
+        "proto_l2_thesis",
+        "proto_cell_thesis",
+        "proto_both_thesis",
+    ]
+    assert {e: R.thesis_differences(s, e) for e in fixed} == {e: [] for e in fixed}
+    s.settings["proto_both_thesis"] = {**s.settings["proto_both_thesis"], "cells": 4}
+    assert R.thesis_differences(s, "proto_both_thesis") == ["cells 4 vs 3"]

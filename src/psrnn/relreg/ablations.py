@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from psrnn import config as C
+from psrnn.relreg import verdicts as V
 from psrnn.relreg.collect import (
     RelRegSuite,
     bit_counts,
@@ -35,7 +36,7 @@ from psrnn.relreg.collect import (
 )
 from psrnn.results import fmt
 from psrnn.results.collect import Suite
-from psrnn.results.stats import WIDE_PP, Summary, difference_verdict, paired, verdict
+from psrnn.results.stats import Summary, difference_verdict
 from psrnn.results.tables import Table
 
 # An experiment without a `ref:` that has a Table 4.5 experiment's settings and grid but for
@@ -68,7 +69,7 @@ def ablations(s: Suite) -> list[Ablation]:
     4.5 experiment but for one of ABLATION_SETTINGS, in Table 4.5's order, then config order."""
     design = {e: _design(s.cfg, e) for e in s.experiments}
     out = []
-    for main in (e for _, e in rows(s) if e):
+    for main in (e for _, e in rows(s, table=None) if e):
         for variant in s.experiments:
             if s.ref_of(variant) is not None:
                 continue
@@ -100,12 +101,15 @@ def per_seed(s: Suite, exp: str, bits: int) -> dict[int, float]:
 
 def ablation_cells(s: Suite) -> list[dict[str, Any]]:
     """One record per (ablation, number of bits): the thesis' value of the main row, both
-    experiments' sequence accuracy and their difference (variant − main, paired by seed)."""
-    refs = {e: ref for ref, e in rows(s) if e}
+    experiments' sequence accuracy and the difference of their means (variant − main; the
+    seeds are not paired: under `ties: draw` a seed trains another point in each)."""
+    refs = {e: ref for ref, e in rows(s, table=None) if e}
     out = []
     for a in ablations(s):
         for k in bit_counts(s):
-            diff, seeds = paired(per_seed(s, a.variant, k), per_seed(s, a.main, k), 100.0)
+            va, ma = per_seed(s, a.variant, k), per_seed(s, a.main, k)
+            diff = V.bootstrap_difference([100.0 * v for v in va.values()], [100.0 * v for v in ma.values()])
+            seeds = sorted(set(va) & set(ma))
             out.append(
                 {
                     "ablation": a,
@@ -149,7 +153,7 @@ def ablation_table(s: Suite) -> Table:
         ],
         columns=ABLATION_COLUMNS,
     )
-    refs = {e: ref for ref, e in rows(s) if e}
+    refs = {e: ref for ref, e in rows(s, table=None) if e}
     disp = []
     for i in range(0, len(recs), len(bits)):
         block = recs[i : i + len(bits)]
@@ -159,7 +163,7 @@ def ablation_table(s: Suite) -> Table:
             (ref["model"] if ref else a.main, "thesis", lambda r: fmt.num(r["paper"], 2)),
             (a.main, f"{a.setting}: {setting_text(a.main_value)}", lambda r: with_ci(r["main"])),
             (a.variant, f"{a.setting}: {setting_text(a.variant_value)}", lambda r: with_ci(r["variant"])),
-            ("", "Δ ablation − row, paired", lambda r: _diff_text(r["diff"])),
+            ("", "Δ ablation − row", lambda r: _diff_text(r["diff"])),
         )
         for label, what, cell in lines:
             disp.append({"Model": label, "": what, **{f"{r['bits']} bits": cell(r) for r in block}})
@@ -169,14 +173,14 @@ def ablation_table(s: Suite) -> Table:
         "Ablations: each Table 4.5 experiment beside the same experiment and grid with one run setting "
         "changed: "
         + "; ".join(f"{k}, {what}" for k, what in ABLATION_SETTINGS.items())
-        + ". Test sequence accuracy (%, exact match), mean [95% t-interval] over seeds; Δ = ablation − "
-        "Table 4.5 experiment in pp, paired by seed, [95% t-interval].",
+        + ". Test sequence accuracy (%, exact match), mean [95% percentile bootstrap interval] over seeds; "
+        "Δ = ablation − Table 4.5 experiment in pp, the difference of the means [95% bootstrap interval, "
+        "each experiment's seeds resampled on their own].",
         data,
         pd.DataFrame(disp, columns=columns),
         "ll" + "r" * len(bits),
         [
             "No ablation in this config." if not recs else "Selected grid points: REPORT.md, grid searches.",
-            f"{fmt.CLIPPED_MARK} interval cut to [0, 100]; {fmt.WIDE_MARK} wider than {WIDE_PP:g} pp.",
         ],
     )
 
@@ -257,13 +261,20 @@ def against_thesis(s: RelRegSuite, exp: str, ref: dict[str, Any] | None) -> str:
 
 
 def verdict_short(s: RelRegSuite, exp: str, ref: dict[str, Any] | None, k: int) -> str:
-    return short(verdict(paper_value(ref, k), per_length(s, exp, k), s.paper_scale))
+    counts = [
+        r.metrics["test"][str(k)].get("count")
+        for r in s.runs.get(exp, [])
+        if str(k) in r.metrics.get("test", {})
+    ]
+    return short(
+        V.verdict(paper_value(ref, k), per_length(s, exp, k), counts[0] if counts else None, s.paper_scale)
+    )
 
 
 def ablation_lines(s: RelRegSuite) -> list[str]:
     """Per ablation, what changed and what it did, from the numbers; then whether the rows at
     100 % keep it when selected without longer numbers."""
-    refs = {e: ref for ref, e in rows(s) if e}
+    refs = {e: ref for ref, e in rows(s, table=None) if e}
     by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in ablation_cells(s):
         by_pair[(r["ablation"].main, r["ablation"].variant)].append(r)
@@ -274,7 +285,7 @@ def ablation_lines(s: RelRegSuite) -> list[str]:
         text = (
             f"- **{a.variant}** ({a.setting}: {setting_text(a.main_value)} → "
             f"{setting_text(a.variant_value)}): "
-            f"{span(s, a.variant)}, against {a.main}'s {span(s, a.main)}. The paired difference is clear "
+            f"{span(s, a.variant)}, against {a.main}'s {span(s, a.main)}. The difference is clear "
             f"(95% interval without 0) at " + (", ".join(clear) if clear else "no length") + "."
         )
         if a.setting == "valid_bits":
@@ -324,9 +335,13 @@ def selection_text(s: RelRegSuite, a: Ablation) -> str:
     """Both experiments' selection data, how many grid points tie at 100 % on it, the chosen points."""
     parts = []
     for e in (a.main, a.variant):
-        chosen = f"`{s.selected[e]}`" if e in s.selected else fmt.DASH
+        sel = s.selections.get(e, {})
+        if sel.get("draws"):
+            chosen = f"the final runs draw {len({d['point'] for d in sel['draws']})} points of that tie set"
+        else:
+            chosen = f"chosen `{s.selected[e]}`" if e in s.selected else f"chosen {fmt.DASH}"
         parts.append(
             f"{e} selects on {selection_data(s.settings[e])}: {tied_points(s, e)} of "
-            f"{len(s.points.get(e, []))} grid points at 100 % there, chosen {chosen}"
+            f"{len(s.points.get(e, []))} grid points tied at the best validation accuracy there, {chosen}"
         )
     return "; ".join(parts) + "."

@@ -19,9 +19,10 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn.files import read_json
+from psrnn.relreg import verdicts as V
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, load_notes, load_runs, load_settings, suite_run
-from psrnn.results.stats import PERCENT, WIDE_PP, Summary, bounded, summarize, verdict
+from psrnn.results.stats import Summary
 
 REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
 
@@ -33,6 +34,7 @@ class RelRegSuite(Suite):
 
     points: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)  # exp -> grid order
     selected: dict[str, str] = field(default_factory=dict)  # exp -> point of search/<exp>/selected.json
+    selections: dict[str, dict[str, Any]] = field(default_factory=dict)  # exp -> its selected.json
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -63,7 +65,8 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
     check_refs(cfg, reference)
     runs = load_runs(cfg, results_dir)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
     points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    selected = {}
+    selected: dict[str, str] = {}
+    selections: dict[str, dict[str, Any]] = {}
     for exp in C.enabled_experiments(cfg):
         found = []
         for pid, _ in C.grid_points(cfg["experiments"][exp]):
@@ -73,7 +76,8 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         points[exp] = found
         sel = _under(results_dir, C.selection_path(cfg, exp), cfg)
         if sel.is_file():
-            selected[exp] = read_json(sel).get("point")
+            selections[exp] = read_json(sel)
+            selected[exp] = str(selections[exp].get("point"))
     return RelRegSuite(
         cfg=cfg,
         reference=reference,
@@ -83,6 +87,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         search=[m for exp in points for _, m in points[exp]],
         points=points,
         selected=selected,
+        selections=selections,
         notes=load_notes(results_dir),
     )
 
@@ -98,11 +103,16 @@ def bit_counts(s: Suite) -> list[int]:
     return sorted(out)
 
 
-def per_length(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> Summary:
-    """Test accuracy (%) on `bits`-bit numbers over the finished seeds, CI cut to [0, 100]."""
+def seed_values(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> list[float]:
+    """Test accuracy (%) on `bits`-bit numbers of each finished seed, in seed order."""
     runs = s.runs.get(exp, []) if exp else []
-    values = [r.metrics.get("test", {}).get(str(bits), {}).get(key) for r in runs]
-    return bounded(summarize(values, 100.0), *PERCENT, wide=WIDE_PP)
+    return V.percent_values([r.metrics.get("test", {}).get(str(bits), {}).get(key) for r in runs])
+
+
+def per_length(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> Summary:
+    """Test accuracy (%) on `bits`-bit numbers over the finished seeds: mean, std and the 95 %
+    percentile bootstrap interval of the mean (psrnn.relreg.verdicts)."""
+    return V.bootstrap(seed_values(s, exp, bits, key))
 
 
 def seq_at(metrics: dict[str, Any], bits: int) -> float | None:
@@ -129,8 +139,10 @@ def sweep_points(s: RelRegSuite, exp: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def tied_points(s: RelRegSuite, exp: str) -> int:
-    """Grid points of `exp` whose search run reached 100 % validation sequence accuracy."""
-    return sum(1 for _, m in s.points.get(exp, []) if m.get("best_valid_acc") == 1.0)
+    """Grid points of `exp` whose search run reached the best validation sequence accuracy
+    of its grid (the tie set)."""
+    accs = [float(m.get("best_valid_acc", 0.0)) for _, m in s.points.get(exp, [])]
+    return sum(1 for a in accs if a == max(accs)) if accs else 0
 
 
 def short(v: str) -> str:
@@ -141,44 +153,93 @@ def short(v: str) -> str:
     return fmt.DASH if head in ("missing", "no paper value") else head
 
 
-def rows(s: Suite, extra: bool = False) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """(reference row, experiment) of every Table 4.5 row in the thesis' order, one per
-    experiment with that `ref` (experiment None when the config has none); with `extra`,
-    then every other enabled experiment (its figure-only reference row or None)."""
+# The two Table 4.5s: its experiments with a grid (as our search selects them) and without
+# one (fixed settings: config/relreg.yaml's *_thesis rows train the thesis' bolded ones)
+SEARCH, FIXED = "search", "fixed"
+
+
+def table_of(s: Suite, exp: str) -> str:
+    """Which Table 4.5 a `ref:` experiment is a row of: SEARCH (it has a grid) or FIXED."""
+    return SEARCH if C.has_grid(s.cfg, exp) else FIXED
+
+
+def rows(
+    s: Suite, extra: bool = False, table: str | None = SEARCH
+) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """(reference row, experiment) of every row of one Table 4.5 (`table`: SEARCH, FIXED;
+    None: both) in the thesis' order, one per experiment with that `ref` (experiment None
+    when the config has none); with `extra`, then every other enabled experiment (its
+    figure-only reference row or None)."""
     out: list[tuple[dict[str, Any] | None, str | None]] = []
     for ref in s.reference["table45"]:
-        exps: list[str | None] = list(s.experiments_for(ref["id"])) or [None]
+        found = [e for e in s.experiments_for(ref["id"]) if table is None or table_of(s, e) == table]
+        exps: list[str | None] = list(found) or [None]
         out += [(ref, e) for e in exps]
     if extra:
         known = reference_rows(s.reference)
         listed = {e for _, e in out}
-        out += [(known.get(s.ref_of(e) or ""), e) for e in s.experiments if e not in listed]
+        out += [
+            (known.get(s.ref_of(e) or ""), e)
+            for e in s.experiments
+            if e not in listed and s.ref_of(e) not in {r["id"] for r in s.reference["table45"]}
+        ]
     return out
 
 
-def cells(s: Suite, extra: bool = False) -> list[dict[str, Any]]:
-    """One record per (row, number of bits): the thesis' value, ours (sequence accuracy, and
-    bit accuracy as a diagnostic), the verdict (the thesis' value against our sequence accuracy)."""
+def cells(s: Suite, extra: bool = False, table: str | None = SEARCH) -> list[dict[str, Any]]:
+    """One record per (row, number of bits) of one Table 4.5 (rows' `table`): the thesis'
+    value, ours (sequence accuracy per seed and summarised, bit accuracy as a diagnostic),
+    the verdict (the thesis' value against our sequence accuracy, psrnn.relreg.verdicts)
+    and, where it is not reproduced, its cause."""
     out = []
-    for ref, exp in rows(s, extra):
+    for ref, exp in rows(s, extra, table):
+        thesis_row = {int(k): 100.0 * float(v) for k, v in (ref or {}).get("acc", {}).items()}
         for k in bit_counts(s):
-            seq, bit, paper = per_length(s, exp, k), per_length(s, exp, k, "bit_acc"), paper_value(ref, k)
+            xs = seed_values(s, exp, k)
+            seq, bit, paper = V.bootstrap(xs), per_length(s, exp, k, "bit_acc"), paper_value(ref, k)
             runs = s.runs.get(exp or "", [])
             tested = [r.metrics["test"][str(k)] for r in runs if str(k) in r.metrics.get("test", {})]
+            count = tested[0].get("count") if tested else None  # numbers per length
+            v = V.verdict(paper, seq, count, s.paper_scale)
+            twin = twin_verdict(s, ref, exp, k)
+            key, why = V.cause(v, paper, xs, count, thesis_row, twin, s.settings.get(exp or "", {}))
             out.append(
                 {
                     "ref": ref["id"] if ref else "",
                     "model": ref["model"] if ref else str(exp),
                     "experiment": exp or "",
                     "bits": k,
-                    "count": tested[0].get("count") if tested else None,  # numbers per length
+                    "count": count,
                     "paper": paper,
+                    "values": xs,
                     "seq": seq,
                     "bit": bit,
-                    "verdict": verdict(paper, seq, s.paper_scale),
+                    "seeds": V.seeds_at(xs),
+                    "margin": V.margin(count),
+                    "verdict": v,
+                    "cause": key,
+                    "cause_text": why,
                 }
             )
     return out
+
+
+def twin_verdict(s: Suite, ref: dict[str, Any] | None, exp: str | None, bits: int) -> bool | None:
+    """For a SEARCH row: whether the same `ref` at fixed settings (a FIXED row) is reproduced at
+    `bits` bits; None for a FIXED row or where there is no such row."""
+    if ref is None or exp is None or table_of(s, exp) != SEARCH:
+        return None
+    fixed = [e for e in s.experiments_for(ref["id"]) if table_of(s, e) == FIXED]
+    if not fixed:
+        return None
+    xs = seed_values(s, fixed[0], bits)
+    tested = [
+        r.metrics["test"][str(bits)]
+        for r in s.runs.get(fixed[0], [])
+        if str(bits) in r.metrics.get("test", {})
+    ]
+    count = tested[0].get("count") if tested else None
+    return V.reproduced(V.verdict(paper_value(ref, bits), V.bootstrap(xs), count, s.paper_scale))
 
 
 # --- the selection rule, stated from the settings ---------------------------------------------------
@@ -233,27 +294,30 @@ def grid_keys(grid: dict[str, Any] | None) -> set[str]:
     return (set(grid) - {C.TIED}) | {k for item in grid.get(C.TIED) or [] for k in item}
 
 
+def unregularized(s: Suite, exp: str) -> tuple[list[str], int, int]:
+    """(the regularisers `exp`'s grid searches, how many of its final runs train with all of
+    them at 0, how many final runs)."""
+    searched = [k for k in REGULARIZERS if k in grid_keys(s.cfg["experiments"][exp].get("grid"))]
+    runs = s.runs.get(exp, [])
+    off = sum(1 for r in runs if all(not float(r.metrics.get("config", {}).get(k, 0)) for k in searched))
+    return searched, off, len(runs)
+
+
 def unregularized_caption(s: Suite, exps: list[str]) -> str:
-    """One sentence naming the experiments whose selected settings put every regulariser
-    their grid searches at 0 (a row named for its regulariser that trained without it),
-    and those that selected the same settings (the same runs); '' when none."""
-    off = {}
+    """One sentence naming the experiments some of whose final runs train with every
+    regulariser their grid searches at 0 (a row named for its regulariser, trained without
+    it), with how many; '' when none."""
+    parts = []
     for e in exps:
-        searched = [k for k in REGULARIZERS if k in grid_keys(s.cfg["experiments"][e].get("grid"))]
-        if searched and s.runs.get(e) and all(not float(s.settings[e].get(k, 0)) for k in searched):
-            off[e] = searched
-    if not off:
+        searched, off, n = unregularized(s, e)
+        if searched and off:
+            parts.append(f"{e} {off} of {n} ({', '.join(k + ' = 0' for k in searched)})")
+    if not parts:
         return ""
-    named = "; ".join(f"{e} ({', '.join(k + ' = 0' for k in ks)})" for e, ks in off.items())
-    same: dict[str, list[str]] = {}
-    for e in off:
-        key = repr(sorted((k, v) for k, v in s.settings[e].items() if k != "seed"))
-        same.setdefault(key, []).append(e)
-    twins = [joined(es) for es in same.values() if len(es) > 1]
     return (
-        f"Selected with every searched regulariser at 0: {named}; these rows train without the "
-        "regulariser their names give (the searched values include 0)"
-        + (f", and {'; '.join(twins)} selected the same settings: the same runs. " if twins else ". ")
+        "Final runs at a point with every searched regulariser at 0 (the thesis' grids include 0): "
+        + "; ".join(parts)
+        + ". "
     )
 
 
