@@ -97,7 +97,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     what = f"{exp}: {fmt.plural(len(lines), 'grid point')}"
     if len(lines) < total:
         what = f"{exp}: {len(lines)} of {total} grid points ({s.reference['figure_cells']} cells)"
-        if s.selected.get(exp) not in {p for p, _ in lines}:
+        if _single(s, exp) not in {p for p, _ in lines} | {None}:
             what += " + the selected one"
     if not lines:  # no search: the final runs, one line per seed
         lines = [(f"seed {r.seed}", r.metrics) for r in s.runs.get(exp, [])]
@@ -131,7 +131,7 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
         ax.plot(xs, ys, dashes(style), color=color(level), lw=lw, alpha=alpha)
         by_level.setdefault(level, []).append(dict(zip(xs, ys)))
     for point, m in s.points.get(exp, []):  # the selected point, whatever its cells
-        if s.selected.get(exp) == point:
+        if _single(s, exp) == point:
             handles += ax.plot(
                 *_curve(m, bits),
                 "-",
@@ -174,6 +174,13 @@ def sweep_panel(ax, s: RelRegSuite, ref_id: str, bits: list[int], medians: bool 
     ax.legend(
         handles=handles, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False
     )
+
+
+def _single(s: RelRegSuite, exp: str) -> str | None:
+    """The one point an experiment's final runs train; None under `ties: draw` (they draw
+    from the tie set: no point is the selected one) or without a selection."""
+    sel = s.selections.get(exp, {})
+    return None if sel.get("draws") else s.selected.get(exp)
 
 
 def _wrapped(point: str, width: int = 36) -> str:
