@@ -429,28 +429,40 @@ def claim_lines(s: RelRegSuite) -> list[str]:
         ((100 * float(ref["acc"][k]), ref, e) for ref, e in present if k in ref["acc"]),
         key=lambda x: -x[0],
     )
+    counts = [r.metrics["test"][str(k)].get("count") for _, _, e in ordered[:1] for r in s.runs[e][:1]]
+    m = V.margin(counts[0] if counts else None)
     pairs = []
-    resolved = same = 0
+    readings: Counter[str] = Counter()
+    equal_gaps: list[str] = []
     for (pa, ra, ea), (pb, rb, eb) in zip(ordered, ordered[1:], strict=False):
         d = V.bootstrap_difference(seed_values(s, ea, k), seed_values(s, eb, k))
-        tell = not (d.ci_low <= 0 <= d.ci_high) if d.n > 1 else False
-        agree = d.mean > 0
-        resolved += tell
-        same += tell and agree
+        reading = V.difference_reading(d, m)
+        readings[reading] += 1
+        if reading == "equal within the margin":
+            equal_gaps.append(f"{pa - pb:.2f}")
+        said = {
+            "resolved, first higher": "resolved, the thesis' order",
+            "resolved, second higher": "resolved, the other order",
+        }.get(reading, reading)
         pairs.append(
             f"{ra['model']} − {rb['model']}: thesis +{pa - pb:.2f} pp, ours {fmt.signed(d.mean)} "
-            f"{fmt.ci(d)} pp ({'resolved' if tell else 'not resolved'}"
-            + (", the thesis' order" if tell and agree else ", the other order" if tell else "")
-            + ")"
+            f"{fmt.ci(d)} pp ({said})"
         )
     where = "at the thesis' settings" if table == FIXED else "as our search selects them"
+    n = len(seed_values(s, ordered[0][2], k)) if ordered else 0
     return [
         f"**The claim at {k} bits ({where}).** Seeds that extrapolate (at >= {V.SUCCESS_PCT:g} %): "
         f"{extrapolate}. The thesis orders the rows by their values; each adjacent pair, the thesis' gap "
-        f"against our difference of means [95% bootstrap interval]: {'; '.join(pairs)}. "
-        f"{resolved} of {len(pairs)} adjacent gaps are resolved by our seeds ({same} in the thesis' order); "
-        f"an unresolved gap is below what {len(seed_values(s, ordered[0][2], k))} seeds and the test numbers "
-        "resolve, not evidence against the order.",
+        f"against our difference of means [95% bootstrap interval] and the margin of {m:.2f} pp: "
+        f"{'; '.join(pairs)}. Of {len(pairs)} adjacent gaps: {readings['resolved, first higher']} resolved "
+        f"in the thesis' order, {readings['resolved, second higher']} in the other, "
+        f"{readings['equal within the margin']} equal within the margin"
+        + (
+            f" (our rows differ by less than {m:.2f} pp where the thesis prints {', '.join(equal_gaps)} pp)"
+            if equal_gaps
+            else ""
+        )
+        + f", {readings['not resolved']} not resolved by {n} seeds.",
     ]
 
 

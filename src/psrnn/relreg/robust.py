@@ -140,7 +140,7 @@ def robust_lines(s: RelRegSuite) -> list[str]:
     k = s.reference.get("figure_cells")
     return [
         f"Each figure's grid points ({k} cells for the proto-LSTMs, as the thesis' figures; "
-        f"each point's search run, first seed) at {bits} bits: test sequence accuracy. The thesis names "
+        f"each point's search run, the search seed) at {bits} bits: test sequence accuracy. The thesis names "
         f"no statistic; ours: median, share reaching {REACH:g} % and mean per row; paired sign test where "
         f"both grids hold the same settings, else Mann-Whitney U; a claim is supported when every "
         f"comparison is significant (two-sided p < {ALPHA:g}) its way (psrnn.relreg.robust).",
