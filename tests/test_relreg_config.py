@@ -7,6 +7,7 @@ from psrnn import config as C
 from psrnn import workflow as W
 from psrnn.files import read_json
 from psrnn.relreg.config import RelRegConfig, with_defaults
+from psrnn.selection import overrides_for
 
 RELREG = C.ROOT / "config" / "relreg.yaml"
 FULL = C.ROOT / "config" / "relreg-full.yaml"
@@ -136,9 +137,9 @@ def test_settings_recorded_before_a_field_existed_read_as_its_default():
     "experiment", ["lstm_l2", "rmc_l2", "proto_l2", "proto_cell", "proto_noise", "proto_both"]
 )
 def test_committed_runs_are_still_the_runs_the_config_asks_for(experiment):
-    """Adding `causal` left the committed runs of the unchanged experiments valid: each final
-    run's recorded settings, fields it predates at their defaults, are the settings
-    config/relreg.yaml gives it today (so no run of them is re-trained)."""
+    """The committed runs are the config's: each final run's recorded settings, fields it
+    predates at their defaults, are the settings config/relreg.yaml gives it today, at the
+    point its selection drew for its seed (so no run of them is re-trained)."""
     cfg = C.load_suite(RELREG)
     root = C.ROOT / C.results_root(cfg)
     selected = read_json(root / "search" / experiment / "selected.json")
@@ -146,5 +147,5 @@ def test_committed_runs_are_still_the_runs_the_config_asks_for(experiment):
     assert W.is_current(root / "search" / experiment / "selected.json", W.selection_stamp(cfg, experiment))
     for seed in cfg["seeds"]:
         recorded = read_json(root / "runs" / experiment / f"seed{seed}" / "metrics.json")["config"]
-        today = C.resolve_run(cfg, experiment, seed, selected=selected["overrides"]).to_dict()
+        today = C.resolve_run(cfg, experiment, seed, selected=overrides_for(selected, seed)[1]).to_dict()
         assert with_defaults(recorded) == today

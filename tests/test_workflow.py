@@ -322,8 +322,10 @@ def test_relreg_outputs_are_in_snakemakes_report_with_the_thesis_tables():
         "fig43_loading_steps.png",
         "fig44_loading_epochs.png",
         "table45.csv",
+        "table45_thesis.csv",
     ]
-    assert shown["table45.csv"][1]["shows"].startswith("Table 4.5 of the thesis: test sequence accuracy")
+    assert shown["table45.csv"][1]["shows"].startswith("Table 4.5 of the thesis as our grid search selects")
+    assert shown["table45_thesis.csv"][1]["shows"].startswith("Table 4.5 of the thesis with each row trained")
     assert shown["fig43_loading_steps.png"] == (
         "Figures",
         {

@@ -42,7 +42,7 @@ CODE = {  # the digest of its code each stage depends on (the `code` stage write
 CMD = re.compile(
     r"(?:python -m psrnn stale --config (?P<stale>[\w/.-]+) --forget && )?"
     r"(?:mkdir -p results/(?P<mkdir>[\w-]+)/search && )?"
-    r"snakemake --cores all --configfile (?P<config>[\w/.-]+)(?: --until (?P<until>\w+))?"
+    r"snakemake --cores all --configfile (?P<config>[\w/.-]+)(?: --until (?P<until>\w+(?: \w+)*))?"
 )
 
 
@@ -75,7 +75,7 @@ def dry_run_jobs(suite: Path, until: str | None, cwd: Path) -> list[tuple[list[s
         "-n",
         "--configfile",
         str(suite),
-    ] + (["--until", until] if until else [])
+    ] + (["--until", *until.split()] if until else [])
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     jobs = []
@@ -113,7 +113,7 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
             assert m and m["config"] == config, st[name]["cmd"]
             assert m["mkdir"] in (None, cfg["name"])
             # runs another experiment left (dvc exp apply) are trained again, not refused at compile
-            assert m["stale"] == (config if m["until"] == "train" else None), name
+            assert m["stale"] == (config if (m["until"] or "").startswith("train") else None), name
             untils[name] = m["until"]
             deps = st[name]["deps"]
             for path in [*COMMON, *STAGE_FILES[name]]:
@@ -128,7 +128,7 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
         "data": "prepare",
         "train": "train",
         "compile": None,
-        "relreg-train": "train",
+        "relreg-train": "train final_group",  # config/relreg.yaml trains its final runs fused
         "relreg-compile": None,
     }
     # the keys each stage tracks are the ones its jobs read (psrnn.workflow says which)
@@ -137,7 +137,16 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
     assert st["compile"]["params"] == [{"params.yaml": None}]  # the whole file
     # config/relreg.yaml as it is (DVC cannot follow `extends:`, and it has none)
     assert "extends" not in C.load_yaml(ROOT / "config" / "relreg.yaml")
-    assert st["relreg-train"]["params"] == [{"config/relreg.yaml": ["study", *W.DVC_STAGE_PARAMS["train"]]}]
+    assert st["relreg-train"]["params"] == [
+        {
+            "config/relreg.yaml": [
+                "study",
+                *W.DVC_STAGE_PARAMS["train"][:2],
+                *W.DVC_RELREG_PARAMS,
+                *W.DVC_STAGE_PARAMS["train"][2:],
+            ]
+        }
+    ]
     assert st["relreg-compile"]["params"] == [{"config/relreg.yaml": None}]
 
 

@@ -179,10 +179,12 @@ def targets(cfg: dict[str, Any]) -> list[str]:
 def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
     """Every file a job of the DAG declares, upstream first (tests compare this with
     Snakemake's own view and with dvc.yaml)."""
+    from psrnn import groups  # under `fused_search`, a search group's marker, not its points' files
+
     files = list(fixture_files(cfg))
     for ds in data_job_datasets(cfg):
         files += [download_marker(cfg, ds), *prepared_files(cfg, ds)]
-    return files + targets(cfg)
+    return files + groups.targets(cfg, targets(cfg))
 
 
 def data_job_datasets(cfg: dict[str, Any]) -> list[str]:
@@ -445,6 +447,9 @@ DVC_STAGE_PARAMS = {
     "data": ["name", "fixtures", "datasets", "job_env"],
     "train": ["name", "seeds", "datasets", "defaults", "experiments", "resources", "job_env"],
 }
+# The protocol keys config/relreg.yaml sets beside them (its relreg-train stage tracks them
+# too, after `name` and `seeds`): how the search seeds, ties and groups are run
+DVC_RELREG_PARAMS = ["search_seed", "ties", "fused_search", "fused_finals"]
 # Optional keys written even when the source config lacks them (their meaning when
 # absent), because DVC stops on a tracked key that is missing from params.yaml.
 DVC_ABSENT = {"fixtures": "", "job_env": {}, "resources": {}, "defaults": {}}

@@ -148,7 +148,7 @@ def measure_kind(
     if not points:
         raise ValueError(f"kind {kind}: no grid point of {experiment} has the shape {shape}")
     members = points[: s.fused_runs] if s.fused_runs else points
-    name, seed = f"bench_{kind}", raw["seeds"][0]
+    name, seed = f"bench_{kind}", int(raw.get("search_seed", raw["seeds"][0]))  # the grid search's seed
     measured: list[dict[str, Any]] = []
     load = [load_average()]
     config_epochs = int(raw.get("defaults", {}).get("epochs", 30))

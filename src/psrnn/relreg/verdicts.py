@@ -27,6 +27,7 @@ values is the wrong shape: it runs past 100 %, and it has zero width when every 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from psrnn.results.stats import MISSING, Summary
+from psrnn.results.stats import MISSING, Summary, not_compared, summarize
 
 BOOT_RESAMPLES = 10_000
 BOOT_SEED = 0
@@ -90,15 +91,11 @@ def bootstrap(xs: list[float]) -> Summary:
 
 @functools.lru_cache(maxsize=4096)
 def _bootstrap(xs: tuple[float, ...]) -> Summary:
-    n = len(xs)
-    if n == 0:
-        return MISSING
-    mean = math.fsum(xs) / n
-    if n == 1:
-        return Summary(1, mean, math.nan, math.nan, math.nan)
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    base = summarize(xs)  # n, mean and sample std as everywhere; its t-interval is replaced
+    if base.n < 2:
+        return base
     if min(xs) == max(xs):  # every resample has this mean
-        return Summary(n, mean, std, mean, mean)
+        return dataclasses.replace(base, ci_low=base.mean, ci_high=base.mean)
     res = stats.bootstrap(
         (np.asarray(xs, dtype=np.float64),),
         np.mean,
@@ -108,7 +105,7 @@ def _bootstrap(xs: tuple[float, ...]) -> Summary:
         rng=np.random.default_rng(BOOT_SEED),
     )
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return Summary(n, mean, std, low, high)
+    return dataclasses.replace(base, ci_low=low, ci_high=high)
 
 
 def bootstrap_difference(a: list[float], b: list[float]) -> Summary:
@@ -159,12 +156,9 @@ def margin(count: int | None) -> float:
 
 def verdict(paper: float | None, ours: Summary, count: int | None, paper_scale: bool) -> str:
     """The thesis' value (%) against our bootstrap interval, with the margin (module doc)."""
-    if paper is None or (isinstance(paper, float) and math.isnan(paper)):
-        return "no paper value"
-    if ours.n == 0:
-        return "missing"
-    if not paper_scale:
-        return "not assessed (small config)"
+    if (why := not_compared(paper, ours, paper_scale)) is not None:
+        return why
+    assert paper is not None  # not_compared said so
     if ours.n < MIN_SEEDS:
         return f"too few seeds (n = {ours.n} < {MIN_SEEDS})"
     m = margin(count)

@@ -93,18 +93,27 @@ def paired(a: dict[int, float], b: dict[int, float], scale: float = 1.0) -> tupl
     return summarize([a[s] - b[s] for s in seeds], scale), seeds
 
 
-def verdict(paper: float | None, ours: Summary, paper_scale: bool) -> str:
-    """Is the paper's number inside our 95% CI?
-
-    A small config never claims a reproduction: its numbers come from shrunken data and
-    models, so the comparison is not assessed at all.
-    """
+def not_compared(paper: float | None, ours: Summary, paper_scale: bool) -> str | None:
+    """Why a cell compares nothing ('no paper value', 'missing', 'not assessed (small
+    config)'), None when it can be compared; both studies' verdict rules start here."""
     if paper is None or (isinstance(paper, float) and math.isnan(paper)):
         return "no paper value"
     if ours.n == 0:
         return "missing"
     if not paper_scale:
         return "not assessed (small config)"
+    return None
+
+
+def verdict(paper: float | None, ours: Summary, paper_scale: bool) -> str:
+    """Is the paper's number inside our 95% CI?
+
+    A small config never claims a reproduction: its numbers come from shrunken data and
+    models, so the comparison is not assessed at all.
+    """
+    if (why := not_compared(paper, ours, paper_scale)) is not None:
+        return why
+    assert paper is not None  # not_compared said so
     if ours.n < 2:
         return "1 seed (no CI)"
     if ours.ci_low <= paper <= ours.ci_high:
