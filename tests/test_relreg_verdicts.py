@@ -197,3 +197,8 @@ def test_a_difference_of_rows_is_read_against_the_margin():
     )
     mixed = V.bootstrap_difference([100.0, 20.0] * 5, [100.0, 40.0] * 5)
     assert V.difference_reading(mixed, 0.5) == "not resolved"
+
+
+def test_each_cause_has_a_phrase_without_placeholders():
+    assert set(V.CAUSE_SUMMARY) == set(V.CAUSES)
+    assert not [k for k, text in V.CAUSE_SUMMARY.items() if "{" in text or "}" in text]

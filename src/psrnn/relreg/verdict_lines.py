@@ -77,10 +77,9 @@ def cause_lines(s: RelRegSuite) -> list[str]:
         "(psrnn.relreg.verdicts.cause):",
         "",
     ]
-    for key, text in V.CAUSES.items():
+    for key, text in V.CAUSE_SUMMARY.items():
         where = named.get(key, [])
-        shown = text.split(":")[0] if "{" in text else text
-        lines.append(f"- **{key}** ({len(where)} cells{': ' + ', '.join(where) if where else ''}): {shown}.")
+        lines.append(f"- **{key}** ({len(where)} cells{': ' + ', '.join(where) if where else ''}): {text}.")
     return lines
 
 
@@ -213,7 +212,7 @@ def why_lines(s: RelRegSuite) -> list[str]:
             ((float(r["acc"][k]) * 100, r["model"]) for r in s.reference["table45"] if k in r["acc"]),
             reverse=True,
         )
-        order = lambda xs: " > ".join(f"{m} {fmt.num(v, 2)}" for v, m in xs)  # noqa: E731
+        order = ranked
         lines.append(f"- **The claim (the rows' order).** At {k} bits the thesis ranks {order(theirs)}.")
         for table in (FIXED, SEARCH):
             ours = sorted(
@@ -264,3 +263,13 @@ def _best(scored: list[tuple[float, str]]) -> str:
         return fmt.DASH
     top = max(v for v, _ in scored)
     return f"{', '.join(label for v, label in scored if v == top)} ({top:.2f} %)"
+
+
+def ranked(scored: list[tuple[float, str]]) -> str:
+    """'A 99.60 > B 99.49 = C 99.49': rows by value, highest first (sorted), '=' where the
+    printed values are equal."""
+    out = ""
+    for i, (v, m) in enumerate(scored):
+        sep = "" if i == 0 else (" = " if fmt.num(v, 2) == fmt.num(scored[i - 1][0], 2) else " > ")
+        out += f"{sep}{m} {fmt.num(v, 2)}"
+    return out

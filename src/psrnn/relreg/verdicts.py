@@ -61,6 +61,19 @@ CAUSES = {
     "value less the margin) under training settings of ours the thesis does not give (optimizer, epochs, "
     "batch size, clipping, training-set size)",
 }
+# Each cause in a phrase, for REPORT.md's list (CAUSES' sentences carry the cell's numbers)
+CAUSE_SUMMARY = {
+    "too few seeds": f"fewer than {MIN_SEEDS} seeds, no verdict",
+    "our selection": "the row at the thesis' settings is reproduced at this length, the search's draws "
+    "are not: its tie set holds points that do not extrapolate",
+    "thesis row non-monotone": "the thesis' row rises with length by more than the margin somewhere",
+    "margin edge": "the mean is within the margin and every seed reaches the thesis' value less it, but "
+    "the interval crosses the margin's edge",
+    "seeds": "some seeds reach the thesis' value and others do not (all or nothing per seed)",
+    "our architecture reading": "ours higher, with model settings of ours the thesis does not give",
+    "our training settings": "ours above or below the thesis at (nearly) every seed, under training "
+    "settings of ours the thesis does not give",
+}
 # Model settings of ours that the thesis does not give, by model (psrnn.relreg.config)
 ARCHITECTURE_OURS = {"transformer": ("causal",), "rmc": ("slots",)}
 
