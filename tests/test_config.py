@@ -522,3 +522,33 @@ def test_literal_run_fields_are_the_schema_enums(study):
     assert len(literal) >= 4
     for key, choices in literal.items():
         assert tuple(run[key]["enum"]) == choices, key
+
+
+@pytest.mark.parametrize(
+    "name", ["PYTHONPATH", "LD_PRELOAD", "PATH", "PYTHONSTARTUP", "TORCHINDUCTOR_CACHE_DIR"]
+)
+def test_job_env_that_would_run_other_code_is_refused_by_name(tmp_path, name, capsys):
+    """A config's job_env reaches every job (and `psrnn train` re-executes itself under it):
+    only the numeric libraries' variables pass; PYTHONPATH pointing at a sitecustomize.py, an
+    LD_PRELOAD or a PATH is refused in one line naming it, and nothing of it runs."""
+    from psrnn.cli import main
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "sitecustomize.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    cfg = yaml.safe_load(SMALL.read_text())
+    cfg["job_env"] = {**cfg["job_env"], name: f"{evil}:src"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError, match=rf"job_env: '{name}' is not a setting of the numeric libraries"):
+        C.load_suite(path)
+    rc = main(["train", "--config", str(path), "--experiment", "mnist_gru", "--seed", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and name in err[0]
+    assert not (tmp_path / "ran").exists()
+    ok = {
+        **cfg,
+        "job_env": {"MKL_CBWR": "COMPATIBLE", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "OMP_NUM_THREADS": "1"},
+    }
+    path.write_text(yaml.safe_dump(ok))
+    assert C.load_suite(path)["job_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"

@@ -396,3 +396,36 @@ def test_training_on_a_damaged_split_is_one_line(prepared, tmp_path, capsys):
     )
     assert line.startswith(f"psrnn train: error: {path} is damaged (") and line.endswith(RERUN)
     assert not (tmp_path / "run").exists()  # every folder the run made, not only its own
+
+
+class _RunsACommand:
+    """What a hostile pickle holds: unpickling it calls os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_cifar_batch_that_would_run_code_is_refused_before_it_runs(raw, tmp_path):
+    """A CIFAR-10 tarball (say, in a mirror with its own MD5SUMS) whose data_batch_1 pickles
+    os.system: prepare stops in one line naming the member and the function, the command
+    never runs and no output is written. The official format (the fixture's batches, numpy
+    arrays in dicts) still reads."""
+    marker = tmp_path / "ran"
+    with tarfile.open(raw["cifar10"] / "cifar-10-python.tar.gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    members["cifar-10-batches-py/data_batch_1"] = pickle.dumps({b"data": _RunsACommand(marker)}, protocol=2)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "cifar-10-python.tar.gz").write_bytes(tar_gz_bytes(members))
+    with pytest.raises(UserError) as err:
+        P.prepare("cifar10", bad, tmp_path / "out")
+    line = str(err.value)
+    assert "\n" not in line and "cifar-10-batches-py/data_batch_1: refused to unpickle posix.system" in line
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    P.prepare("cifar10", raw["cifar10"], tmp_path / "good", {"valid_size": 100})
+    assert len(load_split(tmp_path / "good", "train")) == 1100

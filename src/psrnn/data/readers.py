@@ -132,6 +132,36 @@ CIFAR_DIR = "cifar-10-batches-py"
 CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 
 
+class RefusedPickle(pickle.UnpicklingError):
+    """A pickled member asks for something a CIFAR-10 batch never holds."""
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """Unpickles what the CIFAR-10 batches hold, nothing else: dicts, lists, bytes, strings,
+    numbers and numpy arrays. A pickle can call any importable function while it loads
+    (os.system, say), so every global outside ALLOWED is refused, before it is imported.
+
+    The allowed ones: numpy's array reconstruction (`numpy.core` in the official Python 2
+    pickles, `numpy._core` in numpy 2's), the array and dtype types, and `_codecs.encode`,
+    which protocol-2 pickles written by Python 3 use for bytes. pickle has no allow-list of
+    its own (its docs point to overriding find_class, as here)."""
+
+    ALLOWED = frozenset(
+        {
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+            ("_codecs", "encode"),
+        }
+    )
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise RefusedPickle(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
 def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -> RawData:
     """cifar-10-python.tar.gz -> images uint8 (N, 32, 32, 3) RGB, labels int64 (N,).
 
@@ -146,10 +176,15 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
         with tarfile.open(path, "r:gz") as tar:
             for m in tar:
                 if m.name in wanted and m.isfile():
-                    # pickle is the upstream format; the archive's md5 was checked on download
-                    members[m.name.split("/")[-1]] = _str_keys(
-                        pickle.load(tar.extractfile(m), encoding="bytes")
-                    )  # noqa: S301
+                    # pickle is the upstream format: read with an allow-list (BatchUnpickler)
+                    try:
+                        loaded = BatchUnpickler(tar.extractfile(m), encoding="bytes").load()
+                    except RefusedPickle as err:
+                        raise UserError(
+                            f"{path}: {m.name}: refused to unpickle {err} (a CIFAR-10 batch holds only "
+                            "arrays, lists, dicts, bytes and numbers; this archive is not the official one)"
+                        ) from None
+                    members[m.name.split("/")[-1]] = _str_keys(loaded)
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
     missing = sorted(n.split("/")[-1] for n in wanted if n.split("/")[-1] not in members)
