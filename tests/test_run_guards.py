@@ -339,6 +339,18 @@ def relreg_results(tmp_path, monkeypatch):
         ),
         (lambda m: m["config"].update(epochs=7), "not a run of this suite's settings (epochs (checkpoint 7"),
         (lambda m: m.update(test_acc=7.5), "test_acc = 7.5 is not an accuracy in [0, 1]"),
+        (lambda m: m.update(test_acc=True), "test_acc = True is not an accuracy in [0, 1]"),
+        (lambda m: m["test"]["10"].update(seq_acc=7.5), "test.10.seq_acc = 7.5 is not an accuracy in [0, 1]"),
+        (lambda m: m["test"]["16"].update(bit_acc=-3), "test.16.bit_acc = -3 is not an accuracy in [0, 1]"),
+        (
+            lambda m: m["test"]["6"].update(seq_acc="1.0"),
+            "test.6.seq_acc = '1.0' is not an accuracy in [0, 1]",
+        ),
+        # another grid point than the one its seed was drawn: a run of the grid, not of the selection
+        (
+            lambda m: m["config"].update(noise=0.1 if m["config"]["noise"] != 0.1 else 1.0),
+            "not a run of this suite's settings (noise (checkpoint",
+        ),
         (lambda m: m.clear(), "not a finished run's record (no experiment, seed,"),
     ],
 )

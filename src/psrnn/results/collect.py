@@ -124,6 +124,7 @@ def shared_percent(settings: dict[str, Any]) -> float:
 # what every run's metrics.json must hold for compile to read it (psrnn.engine writes more)
 REQUIRED = ("experiment", "seed", "test_acc", "best_valid_acc", "best_epoch", "epochs_run", "config")
 ACCURACIES = ("test_acc", "best_valid_acc")  # fractions in [0, 1]
+LENGTH_ACCURACIES = ("seq_acc", "bit_acc")  # the same, per test length (`test`: bits -> ...)
 
 
 def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point: str | None = None) -> dict:
@@ -138,9 +139,17 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
     missing = [k for k in REQUIRED if not isinstance(m, dict) or k not in m]
     if missing:
         raise UserError(f"{path}: not a finished run's record (no {', '.join(missing)}); delete its folder")
-    for key in ACCURACIES:
-        v = m[key]
-        if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+    accuracies = [(key, m[key]) for key in ACCURACIES]
+    per_length = m.get("test") if isinstance(m.get("test"), dict) else {}  # the second study's
+    accuracies += [
+        (f"test.{k}.{f}", t[f])
+        for k, t in per_length.items()
+        if isinstance(t, dict)
+        for f in LENGTH_ACCURACIES
+        if f in t
+    ]
+    for key, v in accuracies:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
             raise UserError(f"{path}: {key} = {v!r} is not an accuracy in [0, 1]; delete its folder")
     if m["seed"] != seed or m["experiment"] != experiment:
         raise UserError(
