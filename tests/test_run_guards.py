@@ -368,6 +368,27 @@ def test_compile_refuses_a_run_that_is_not_the_suites_and_names_it(relreg_result
     assert {p: p.read_bytes() for p in (relreg_results / "tables").iterdir()} == before  # nothing rewritten
 
 
+@pytest.mark.parametrize(
+    "name, damage, says",
+    [
+        ("history.csv", lambda b: b[:100], "holds 1 epoch row(s), but its metrics.json ran 30 epochs"),
+        ("history.csv", lambda b: b"\x00garbled\x00\n" + b[40:], "not a readable history"),
+        ("loading.npz", lambda b: b[:500], "damaged (BadZipFile"),
+    ],
+)
+def test_compile_refuses_a_damaged_history_or_loading_file(relreg_results, name, damage, says, capsys):
+    """A history.csv cut short once shrank the DVC curve to one row, a garbled one gave a
+    pandas traceback, a cut loading.npz a zipfile one: each is one line naming the file, and
+    no output is rewritten."""
+    path = relreg_results / "runs" / "proto_both" / "seed1" / name
+    path.write_bytes(damage(path.read_bytes()))
+    before = {p: p.read_bytes() for p in (relreg_results / "tables").iterdir()}
+    assert main(["compile", "--config", str(C.ROOT / "config" / "relreg.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{Path('results/relreg/runs/proto_both/seed1') / name}: {says}" in err[0], err
+    assert {p: p.read_bytes() for p in (relreg_results / "tables").iterdir()} == before
+
+
 def test_compile_refuses_an_empty_search_record(relreg_results, capsys):
     path = next((relreg_results / "search").glob("proto_noise/*/metrics.json"))
     path.write_text("{}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,18 +280,38 @@ def load_notes(results_dir: Path) -> list[str]:
     return sorted(p.name for p in results_dir.glob("*.md") if p.name != "REPORT.md")
 
 
-def load_history(run: Run) -> pd.DataFrame | None:
+def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
+    """A finished run's history.csv (`columns` and its epochs only, if given), None when it
+    has none; a damaged one (unreadable, a column missing, epochs other than 1..epochs_run
+    of its metrics.json, as a cut file has) is a UserError naming it: compile never plots
+    or averages part of a run."""
     p = run.dir / "history.csv"
     if not p.is_file():
         return None
-    return pd.read_csv(io.StringIO(p.read_text()))
+    try:
+        h = pd.read_csv(io.StringIO(p.read_text()), usecols=None if columns is None else ["epoch", *columns])
+    except (ValueError, UnicodeDecodeError, OSError) as err:  # pandas' parser errors are ValueErrors
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{p}: not a readable history ({why}); delete its folder") from None
+    ran = run.metrics.get("epochs_run")
+    epochs = list(h["epoch"]) if "epoch" in h else []
+    if isinstance(ran, int) and epochs != list(range(1, ran + 1)):
+        raise UserError(
+            f"{p}: holds {len(epochs)} epoch row(s), but its metrics.json ran {ran} epochs (cut or edited); "
+            "delete its folder"
+        )
+    return h
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray] | None:
+    """A run's .npz arrays, None when it has none; a damaged one is a UserError naming it."""
     if not path.is_file():
         return None
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in sorted(z.files)}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in sorted(z.files)}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"{path}: damaged ({type(err).__name__}: {err}); delete its run folder") from None
 
 
 # --- manifests ----------------------------------------------------------------------------

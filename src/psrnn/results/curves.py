@@ -48,13 +48,11 @@ def output_paths(root: Path, experiments: list[str]) -> list[Path]:
 def write_curves(runs: dict[str, list[Any]], columns: tuple[str, ...], root: Path) -> list[Path]:
     """One CSV per experiment of `runs` (experiment -> finished runs with `dir`): epoch,
     the mean of each of `columns` over the runs that reached the epoch, and their count."""
+    from psrnn.results.collect import load_history  # checked: a cut history is refused, not averaged
+
     written = []
     for exp, found in runs.items():
-        frames = [
-            pd.read_csv(r.dir / "history.csv", usecols=["epoch", *columns])
-            for r in found
-            if (r.dir / "history.csv").is_file()
-        ]
+        frames = [h for h in (load_history(r, columns) for r in found) if h is not None]
         if frames:
             both = pd.concat(frames)
             table = both.groupby("epoch", sort=True)[list(columns)].mean().reset_index()
