@@ -162,3 +162,27 @@ def test_the_chosen_recipe_is_the_one_whose_worst_model_is_best():
     assert [(r, w) for r, _, w in table] == [("clip1", 0.13), ("groups1", 0.7)]
     assert table[1][1]["a40"] == (0.7, "a40/groups1-lr1")
     assert R.best(hist(0.2, 0.7, 0.7)) == (0.7, 2)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--jobs", "0"], "--jobs 0: must be at least 1"),
+        (["--jobs", "-3"], "--jobs -3: must be at least 1"),
+        (["--only", ""], "--only '': names no recipe"),
+        (["--only", " , "], "--only '': names no recipe"),
+        (["--out", "FILE"], "--out {tmp}/FILE: a file, not a folder"),
+    ],
+)
+def test_bad_recipe_options_stop_before_any_digit_is_cut(tmp_path, capsys, args, says):
+    """--jobs 0 and --only '' once ran every recipe; --out naming a file was refused only
+    after minutes of preparing digits. Each is one line before anything is written."""
+    from psrnn.cli import main
+
+    (tmp_path / "FILE").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
+    data = tmp_path / "data"
+    rc = main(["recipe", "--digits", str(tmp_path), "--data", str(data), "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says.format(tmp=tmp_path) in err[0], err
+    assert not data.exists()

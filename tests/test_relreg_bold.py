@@ -152,3 +152,20 @@ def test_the_thesis_rows_of_relreg_yaml_train_the_bolded_settings(tmp_path):
     assert {e: R.thesis_differences(s, e) for e in fixed} == {e: [] for e in fixed}
     s.settings["proto_both_thesis"] = {**s.settings["proto_both_thesis"], "cells": 4}
     assert R.thesis_differences(s, "proto_both_thesis") == ["cells 4 vs 3"]
+
+
+def test_a_reference_file_with_a_syntax_error_is_one_line_with_its_place(tmp_path):
+    """Both studies' reference files are read as the suite configs are: a YAML syntax error
+    names file:line:column (it was a 65-line traceback), a missing file its path."""
+    from psrnn.errors import UserError
+    from psrnn.results.collect import load_reference
+
+    bad = tmp_path / "relreg-reference.yaml"
+    text = REFERENCE_PATH.read_text().replace("table45:\n", "table45:\n  - id: [broken\n", 1)
+    bad.write_text(text)
+    with pytest.raises(UserError, match=rf"^{bad}:\d+:\d+: ") as err:
+        load_reference(bad)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="reference file not found"):
+        load_reference(tmp_path / "none.yaml")
+    assert load_reference(REFERENCE_PATH)["table45"][0]["id"] == "table45/lstm-l2"

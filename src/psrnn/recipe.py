@@ -404,8 +404,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # every option is checked before the digits are cut and prepared (minutes)
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: must be at least 1 (recipes trained at once)")
+    if args.only is not None and not [n for n in args.only.split(",") if n.strip()]:
+        raise UserError("--only '': names no recipe (leave it out to run them all)")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"--out {args.out}: a file, not a folder (the table and runs go there)")
     study = load_study(args.study)
-    only = [s.strip() for s in args.only.split(",")] if args.only else None
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     unknown = [n for n in only or [] if n not in study["recipes"]]
     if unknown:  # before the digits are cut and prepared
         raise UserError(

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from psrnn import config as C
 from psrnn.errors import UserError
@@ -81,11 +80,16 @@ class Suite:
 
 
 def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
+    """A study's reference numbers (config/reference.yaml, config/relreg-reference.yaml),
+    read as the suite configs are (a syntax error is `file:line:column: problem`)."""
+    from psrnn.yamlfiles import read_yaml
+
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"reference file not found: {path}")
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
+        raise UserError(f"reference file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a reference file (a mapping of tables expected)")
     return {**data, "file": str(path)}  # named by the checks of its `ref:`s
 
 
