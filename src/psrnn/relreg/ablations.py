@@ -32,6 +32,7 @@ from psrnn.relreg.collect import (
     short,
     summary_columns,
     tied_points,
+    verdict_at,
     with_ci,
 )
 from psrnn.results import fmt
@@ -261,14 +262,7 @@ def against_thesis(s: RelRegSuite, exp: str, ref: dict[str, Any] | None) -> str:
 
 
 def verdict_short(s: RelRegSuite, exp: str, ref: dict[str, Any] | None, k: int) -> str:
-    counts = [
-        r.metrics["test"][str(k)].get("count")
-        for r in s.runs.get(exp, [])
-        if str(k) in r.metrics.get("test", {})
-    ]
-    return short(
-        V.verdict(paper_value(ref, k), per_length(s, exp, k), counts[0] if counts else None, s.paper_scale)
-    )
+    return short(verdict_at(s, ref, exp, k))
 
 
 def ablation_lines(s: RelRegSuite) -> list[str]:

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.files import read_json
 from psrnn.relreg import verdicts as V
 from psrnn.results import fmt
-from psrnn.results.collect import Suite, load_notes, load_runs, load_settings, suite_run
+from psrnn.results.collect import Suite, load_notes, load_runs, load_settings, read_selection, suite_run
 from psrnn.results.stats import Summary
 
 REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
@@ -74,10 +73,10 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
             if p.is_file():
                 found.append((pid, suite_run(cfg, p, exp, C.search_seed(cfg), point=pid)))
         points[exp] = found
-        sel = _under(results_dir, C.selection_path(cfg, exp), cfg)
-        if sel.is_file():
-            selections[exp] = read_json(sel)
-            selected[exp] = str(selections[exp].get("point"))
+        sel = read_selection(cfg, results_dir, exp)  # the one load_runs checked the runs against
+        if sel is not None:
+            selections[exp] = sel
+            selected[exp] = str(sel.get("point"))
     return RelRegSuite(
         cfg=cfg,
         reference=reference,
@@ -197,10 +196,8 @@ def cells(s: Suite, extra: bool = False, table: str | None = SEARCH) -> list[dic
         for k in bit_counts(s):
             xs = seed_values(s, exp, k)
             seq, bit, paper = V.bootstrap(xs), per_length(s, exp, k, "bit_acc"), paper_value(ref, k)
-            runs = s.runs.get(exp or "", [])
-            tested = [r.metrics["test"][str(k)] for r in runs if str(k) in r.metrics.get("test", {})]
-            count = tested[0].get("count") if tested else None  # numbers per length
-            v = V.verdict(paper, seq, count, s.paper_scale)
+            count = test_count(s, exp, k)
+            v = verdict_at(s, ref, exp, k)
             twin = twin_verdict(s, ref, exp, k)
             key, why = V.cause(v, paper, xs, count, thesis_row, twin, s.settings.get(exp or "", {}))
             out.append(
@@ -230,16 +227,21 @@ def twin_verdict(s: Suite, ref: dict[str, Any] | None, exp: str | None, bits: in
     if ref is None or exp is None or table_of(s, exp) != SEARCH:
         return None
     fixed = [e for e in s.experiments_for(ref["id"]) if table_of(s, e) == FIXED]
-    if not fixed:
-        return None
-    xs = seed_values(s, fixed[0], bits)
-    tested = [
-        r.metrics["test"][str(bits)]
-        for r in s.runs.get(fixed[0], [])
-        if str(bits) in r.metrics.get("test", {})
-    ]
-    count = tested[0].get("count") if tested else None
-    return V.reproduced(V.verdict(paper_value(ref, bits), V.bootstrap(xs), count, s.paper_scale))
+    return V.reproduced(verdict_at(s, ref, fixed[0], bits)) if fixed else None
+
+
+def test_count(s: Suite, exp: str | None, bits: int) -> int | None:
+    """How many test numbers `exp`'s runs have at `bits` bits (None without a run)."""
+    for r in s.runs.get(exp or "", []):
+        if str(bits) in r.metrics.get("test", {}):
+            return r.metrics["test"][str(bits)].get("count")
+    return None
+
+
+def verdict_at(s: Suite, ref: dict[str, Any] | None, exp: str | None, bits: int) -> str:
+    """The verdict of `exp`'s cell at `bits` bits against the thesis' row `ref`."""
+    ours = per_length(s, exp, bits)
+    return V.verdict(paper_value(ref, bits), ours, test_count(s, exp, bits), s.paper_scale)
 
 
 # --- the selection rule, stated from the settings ---------------------------------------------------

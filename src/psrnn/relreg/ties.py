@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from psrnn.relreg import verdicts as V
 from psrnn.relreg.collect import (
+    REGULARIZERS,
     SEARCH,
     RelRegSuite,
     grid_keys,
@@ -34,6 +35,7 @@ from psrnn.relreg.collect import (
     rows,
     seed_values,
     seq_at,
+    test_count,
     tied_points,
 )
 from psrnn.relreg.compare import LENGTH
@@ -65,23 +67,16 @@ def ties(s: RelRegSuite, exp: str, bits: int = LENGTH) -> Ties:
     accs = [float(m.get("best_valid_acc", 0.0)) for _, m in found]
     top = max(accs, default=None)
     tied = [(p, m) for p, m in found if float(m.get("best_valid_acc", 0.0)) == top]
-    searched = [
-        k
-        for k in ("l2", "l2_cell", "l2_noncell", "noise")
-        if k in grid_keys(s.cfg["experiments"][exp].get("grid"))
-    ]
+    searched = [k for k in REGULARIZERS if k in grid_keys(s.cfg["experiments"][exp].get("grid"))]
     off = sum(
         1 for _, m in tied if searched and all(not float(m.get("config", {}).get(k, 0)) for k in searched)
     )
     runs = s.runs.get(exp, [])
-    counts = [
-        r.metrics["test"][str(bits)].get("count") for r in runs if str(bits) in r.metrics.get("test", {})
-    ]
     return Ties(
         experiment=exp,
         bits=bits,
         thesis=paper_value(reference_rows(s.reference).get(s.ref_of(exp) or ""), bits),
-        margin=V.margin(counts[0] if counts else None),
+        margin=V.margin(test_count(s, exp, bits)),
         points=len(found),
         tied=[v for v in (seq_at(m, bits) for _, m in tied) if v is not None],
         unregularized=off,

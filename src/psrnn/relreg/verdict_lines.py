@@ -25,6 +25,7 @@ from psrnn.relreg.collect import (
     rows,
     seed_values,
     short,
+    test_count,
     unregularized_caption,
 )
 from psrnn.relreg.ties import selection_lines
@@ -164,8 +165,8 @@ def claim_lines(s: RelRegSuite) -> list[str]:
         ((100 * float(ref["acc"][k]), ref, e) for ref, e in present if k in ref["acc"]),
         key=lambda x: -x[0],
     )
-    counts = [r.metrics["test"][str(k)].get("count") for _, _, e in ordered[:1] for r in s.runs[e][:1]]
-    m = V.margin(counts[0] if counts else None)
+    count = test_count(s, ordered[0][2], k) if ordered else None
+    m = V.margin(count)
     pairs = []
     readings: Counter[str] = Counter()
     equal_gaps: list[str] = []
