@@ -105,6 +105,11 @@ class RunConfig:
     # (the classifier path, i.e. main GRU, embedding and head, apart from the decoders,
     # each clipped at `clip`), so large decoder gradients cannot shrink the classifier's step
     clip_scope: Literal["global", "groups"] = "global"
+    # on a CUDA device, each piece's forward and backward replay as CUDA graphs, one per
+    # input shape (psrnn.epoch.GraphedPieces): the same kernels with one launch, so the same
+    # numbers (checked on an H200: results/bench/graphs); False = eager launches. No effect
+    # on a CPU
+    cuda_graphs: bool = True
     # --- bookkeeping ------------------------------------------------------------------
     seed: int = 0
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N" | "mps"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,7 @@ def train_epoch(
     start = last_beat = time.monotonic()
     pending = None  # the previous step's (step, loss, gradient norm), checked a step late
     groups = clip_groups(model, cfg.clip_scope)
+    losses = piece_losses(model, cfg, device)
     for step in steps:
         opt.zero_grad(set_to_none=True)
         batch = batches[step]
@@ -125,18 +127,15 @@ def train_epoch(
         anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
         loss = torch.zeros((), device=device)
         for piece in micro_batches(lengths, cfg.max_tokens):
-            logits, aux, y = piece_forward(model, split, batch, piece, anchors, device)
-            ce = F.cross_entropy(logits, y)
-            aux_mean = aux.mean() if aux is not None else torch.zeros((), device=device)
-            correct = (logits.argmax(-1) == y).sum()
+            piece_total, ce, aux_mean, correct = losses(*piece_inputs(split, batch, piece, anchors, device))
             # each piece's mean losses weighted by its share: the batch mean, as one piece
             share = len(piece) / len(batch)
-            piece_total = ce + cfg.aux_weight * aux_mean
             if share != 1.0:
                 piece_total = piece_total * share
             piece_total.backward()
             loss = loss + piece_total.detach()
             b = len(piece)
+            # detached: a graphed node's outputs all require grad, and sums lives all epoch
             sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
         gnorm = clip_by_group(groups, cfg.clip)
         if pending is not None:
@@ -159,6 +158,92 @@ def train_epoch(
     return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
 
 
+class PieceLoss(nn.Module):
+    """One piece's training loss: (CE + aux_weight x mean auxiliary loss, which backward
+    differentiates; CE, mean auxiliary loss and correct count, detached). A module, so
+    torch.cuda.make_graphed_callables differentiates the model's parameters too."""
+
+    def __init__(self, model: nn.Module, aux_weight: float):
+        super().__init__()
+        self.model = model
+        self.aux_weight = aux_weight
+
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, aux = self.model(x, lengths, anchors)
+        ce = F.cross_entropy(logits, y)
+        aux_mean = aux.mean() if aux is not None else torch.zeros((), device=ce.device)
+        total = ce + self.aux_weight * aux_mean
+        return total, ce.detach(), aux_mean.detach(), (logits.argmax(-1) == y).sum()
+
+
+class GraphedPieces:
+    """PieceLoss whose forward and backward replay as CUDA graphs (RunConfig.cuda_graphs).
+
+    A graph holds fixed shapes, so there is one per input shape, captured by
+    torch.cuda.make_graphed_callables the second time a shape comes (the first runs eager:
+    a shape that never comes back, as most padded text batches, costs no capture), at most
+    `limit` of them (each holds its own activations); any other shape runs eager. Capture
+    warms up on the batch at hand with torch.autograd.grad, which leaves the parameters and
+    their gradients alone, so the run trains the same steps it would eager. The optimizer,
+    clipping and the schedule stay eager: a graph would freeze the learning rate SGDR moves
+    every step. Unused parameters (decoders of a batch without anchors) keep no gradient,
+    as eager.
+    """
+
+    def __init__(self, model: nn.Module, aux_weight: float, limit: int = 4, graph=None):
+        self.model, self.aux_weight, self.limit = model, aux_weight, limit
+        self.eager = PieceLoss(model, aux_weight)
+        self.graph = graph if graph is not None else torch.cuda.make_graphed_callables
+        self.seen: dict[tuple, int] = {}
+        self.graphs: dict[tuple, Callable[..., Any]] = {}
+
+    def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not self.model.training:
+            return self.eager(*args)
+        key = tuple((tuple(t.shape), t.dtype) for t in args)
+        graphed = self.graphs.get(key)
+        if graphed is None:
+            self.seen[key] = self.seen.get(key, 0) + 1
+            if self.seen[key] < 2 or len(self.graphs) >= self.limit:
+                return self.eager(*args)
+            # make_graphed_callables replaces a module's forward: one PieceLoss per shape
+            graphed = self.graphs[key] = cast(Callable[..., Any], self.graph)(
+                PieceLoss(self.model, self.aux_weight), args, allow_unused_input=True
+            )
+        return graphed(*args)
+
+
+def piece_losses(model: nn.Module, cfg: C.RunConfig, device: torch.device) -> Callable[..., tuple]:
+    """What computes a piece's losses (PieceLoss's outputs): its CUDA graphs when
+    cfg.cuda_graphs on a CUDA device, kept on the model from epoch to epoch (the optimizer
+    updates the parameters the graphs read in place; they go with the model); else
+    PieceLoss, eager."""
+    if not (cfg.cuda_graphs and device.type == "cuda"):
+        return PieceLoss(model, cfg.aux_weight)
+    graphed = model.__dict__.get("_graphed_pieces")
+    if graphed is None or graphed.aux_weight != cfg.aux_weight:
+        graphed = model.__dict__["_graphed_pieces"] = GraphedPieces(model, cfg.aux_weight)
+    return graphed
+
+
+def piece_inputs(
+    split: SequenceSplit,
+    batch: torch.Tensor,
+    piece: torch.Tensor,
+    anchors: torch.Tensor | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, ...]:
+    """PieceLoss's inputs (x, lengths, y[, anchors]) on `device`: the sequences at positions
+    `piece` of `batch` (data.micro_batches), with their rows of the batch's anchors."""
+    whole = len(piece) == len(batch)  # one piece: the batch as drawn, in its order
+    x, lengths, y = split.batch(batch if whole else batch[piece])
+    if anchors is None:
+        return to_device(device, x, lengths, y)
+    return to_device(device, x, lengths, y, anchors if whole else anchors[piece])
+
+
 def piece_forward(
     model: nn.Module,
     split: SequenceSplit,
@@ -168,15 +253,9 @@ def piece_forward(
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(logits (b, C), aux loss per sequence (b,) or None, labels (b,)) of the sequences at
-    positions `piece` of `batch` (data.micro_batches), with their rows of the batch's anchors."""
-    whole = len(piece) == len(batch)  # one piece: the batch as drawn, in its order
-    x, lengths, y = split.batch(batch if whole else batch[piece])
-    if anchors is not None and not whole:
-        anchors = anchors[piece]
-    x, lengths, y = to_device(device, x, lengths, y)
-    if anchors is not None:
-        (anchors,) = to_device(device, anchors)
-    logits, aux = model(x, lengths, anchors)
+    positions `piece` of `batch` (piece_inputs)."""
+    x, lengths, y, *rest = piece_inputs(split, batch, piece, anchors, device)
+    logits, aux = model(x, lengths, rest[0] if rest else None)
     return logits, aux, y
 
 

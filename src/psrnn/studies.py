@@ -78,7 +78,7 @@ STUDIES = {
         paper=True,
         # max_tokens: the same batches' gradients in more or fewer pieces (lower it and
         # resume after running out of GPU memory)
-        resume_exempt=("progress", "device", "max_tokens"),
+        resume_exempt=("progress", "device", "max_tokens", "cuda_graphs"),
         regression_keys={
             "test_acc": "acc",
             "best_valid_acc": "acc",

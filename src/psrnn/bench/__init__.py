@@ -20,6 +20,9 @@ Sections (`--only`, comma separated):
             the decoders (CPU with --compile-cpu), batch size 64 / 256
   prepare   generate a full-size IMDB-like tarball (50K reviews) and MNIST-like IDX files
             (60K + 10K), run the real `prepare` on them: time and disk size
+  graphs    the train step at each shape for the GRU and private/shared 50 % (teacher-forced
+            and estimate-fed decoders), eager against CUDA graphs (RunConfig.cuda_graphs):
+            step times, speed-up, and whether both trained the same parameters (GPU only)
   packing   1, 2 and 4 training jobs (private/shared 50 %) sharing the device at once, each
             with 4 threads: per-job step time, throughput over one job's (`speed`)
   profile   torch.profiler over a few steps of each fast variant: per step device kernels,
@@ -76,6 +79,7 @@ from psrnn.bench.speed import (
     QUICK,
     VARIANTS,
     Settings,
+    bench_graphs,
     bench_options,
     bench_packing,
     bench_train,
@@ -379,6 +383,9 @@ def benchmark(
         with tempfile.TemporaryDirectory(prefix="psrnn-bench-") as tmp:
             result["prepare"] = bench_prepare(Path(tmp), quick, log)
 
+    def do_graphs() -> None:
+        result["graphs"] = bench_graphs(shapes, s, device, isolate, seq_len, log)
+
     def do_packing() -> None:
         result["packing"] = bench_packing(shapes, s, device, seq_len, log)
 
@@ -409,6 +416,7 @@ def benchmark(
     steps = {
         "train": do_train,
         "options": do_options,
+        "graphs": do_graphs,
         "packing": do_packing,
         "profile": do_profile,
         "prepare": do_prepare,

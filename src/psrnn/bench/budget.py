@@ -153,6 +153,9 @@ def budget_shapes(suite: dict[str, Any]) -> list[dict[str, Any]]:
                     "seq_len": seq_len,
                     "longest": longest,  # the longest sequence: its batch needs the most memory
                     "max_tokens": cfg.max_tokens,
+                    # text batches pad to their own lengths, which seldom come back, so
+                    # they train eager (epoch.GraphedPieces); timed so, not at one shape
+                    "cuda_graphs": cfg.cuda_graphs and steps is not None,
                     "length_source": length_source,
                     "features": features,
                     "input": kind,
@@ -197,6 +200,7 @@ SHAPE_FIELDS = (
     "head",
     "longest",
     "max_tokens",
+    "cuda_graphs",
 )
 
 
@@ -280,6 +284,7 @@ def row_spec(
         decoder_input=row["decoder_input"],
         head=row["head"],
         max_tokens=row["max_tokens"],
+        graphs=row.get("cuda_graphs", False),
     )
 
 
@@ -414,6 +419,7 @@ def budget_hours(
                 "timed_batch": m["timed_batch"],
                 "longest": row["longest"],
                 "max_tokens": row["max_tokens"],
+                "cuda_graphs": row["cuda_graphs"],
                 "peak_mb": None,
                 "longest_batch_peak_mb": None,
             },

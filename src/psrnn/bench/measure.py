@@ -15,6 +15,7 @@ measurements can reuse memory freed by earlier ones and read low.
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import statistics
 import time
@@ -78,6 +79,9 @@ class Spec:
     decoder_input: str = "teacher"
     head: str = "linear"
     max_tokens: int = 0  # training's token budget (data.micro_batches)
+    # RunConfig.cuda_graphs, as training has it; the naive, autocast and compiled models
+    # always run eager (autocast's cast cache and torch.compile do not go into a graph)
+    graphs: bool = True
 
     def run_config(self) -> C.RunConfig:
         """The training RunConfig (optimizer and clipping as training's defaults)."""
@@ -95,6 +99,7 @@ class Spec:
                 "head": self.head,
                 "decoder_input": self.decoder_input,
                 "max_tokens": self.max_tokens,
+                "cuda_graphs": self.graphs and not (self.naive or self.amp or self.compile),
                 "seed": self.seed,
             }
         )
@@ -267,6 +272,9 @@ def measure_train(spec: Spec) -> dict[str, Any]:
         "memory_method": memory.method,
         "params": run.params,
         "shared_units": run.shared_units,
+        # the trained parameters' bytes: two measurements of one spec that differ only in how
+        # the step runs (RunConfig.cuda_graphs) must train the same numbers
+        "params_sha256": parameters_sha256(model),
         "status": "ok",
     }
     if spec.eval_batches:
@@ -279,6 +287,14 @@ def measure_train(spec: Spec) -> dict[str, Any]:
         out["eval_batch_ms"] = (time.perf_counter() - t0) / spec.eval_batches * 1e3
     out["peak_mem_mb"] = memory.peak() / 2**20  # training steps and validation batches
     return out
+
+
+def parameters_sha256(model: torch.nn.Module) -> str:
+    """sha256 over the parameters' names and bytes (on the CPU, in the model's order)."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode() + b"\0" + p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def run_measurement(

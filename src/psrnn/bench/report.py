@@ -25,12 +25,13 @@ from psrnn.bench.speed import VARIANT_LABELS
 from psrnn.bench.stored import when
 from psrnn.errors import UserError
 
-SECTIONS = ("train", "options", "packing", "profile", "prepare", "budget", "snakemake", "fused")
+SECTIONS = ("train", "options", "graphs", "packing", "profile", "prepare", "budget", "snakemake", "fused")
 SCHEMA = "psrnn-bench/1"
 # what each section adds to the result; train's settings and memory method go with its table
 SECTION_KEYS = {
     "train": ("train", "ratios", "settings", "memory_method"),
     "options": ("options",),
+    "graphs": ("graphs",),
     "packing": ("packing",),
     "profile": ("profile",),
     "prepare": ("prepare",),
@@ -103,6 +104,42 @@ def _step_cells(r: dict[str, Any], cpu: bool = False) -> list[str]:
     if cpu:
         cells.append(_n(r["step_cpu_ms"]["median"]))
     return cells + [_n(r["samples_per_s"], 0), _n(r["peak_mem_mb"], 0)]
+
+
+def graphs_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The graphs section: each model's step graphed and eager, the speed-up, and whether
+    both trained the same parameters."""
+    lines = []
+    for on, off in zip(rows[0::2], rows[1::2]):
+        speedup = "–"
+        if on.get("status") == "ok" and off.get("status") == "ok":
+            speedup = f"{off['step_ms']['median'] / on['step_ms']['median']:.2f}x"
+        same = {True: "yes", False: "**no**", None: "–"}[off.get("same_params_as_graphed")]
+        lines.append(
+            [
+                on["shape"],
+                VARIANT_LABELS[on["variant"]],
+                on["decoders"],
+                *_step_cells(off)[:1],
+                *_step_cells(on)[:1],
+                speedup,
+                same,
+            ]
+        )
+    return [
+        "",
+        "## CUDA graphs",
+        "",
+        "The same training steps (same seed, data and schedule) eager and with each piece's "
+        "forward and backward replayed as CUDA graphs (RunConfig.cuda_graphs, "
+        "`epoch.GraphedPieces`); step ms median (min–max); same parameters = the trained "
+        "parameters' bytes are identical after the last step.",
+        "",
+        table(
+            ["shape", "model", "decoders", "eager step ms", "graphed step ms", "speed-up", "same parameters"],
+            lines,
+        ),
+    ]
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -267,6 +304,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 rows,
             ),
         ]
+    if result.get("graphs"):
+        out += graphs_table(result["graphs"])
     if result.get("packing"):
         out += [
             "",

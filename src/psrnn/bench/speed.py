@@ -195,6 +195,53 @@ def bench_options(
     return rows
 
 
+# --- section: graphs -----------------------------------------------------------------------
+
+GRAPH_MODELS = (("gru", "teacher"), ("ps50", "teacher"), ("ps50", "estimate"))  # (variant, decoders)
+
+
+def bench_graphs(
+    shapes: list[Shape],
+    s: Settings,
+    device: torch.device,
+    isolate: bool,
+    seq_len: Callable[[Shape], int],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """CUDA graphs (RunConfig.cuda_graphs, on by default, so a GPU's train table is graphed):
+    at every shape, each of GRAPH_MODELS graphed and eager, same seed and steps; the eager
+    row says whether it trained the very parameters of its graphed twin (params_sha256)."""
+    rows: list[dict[str, Any]] = []
+    skip = None if device.type == "cuda" else "not measured: CUDA graphs need a CUDA device"
+    for shape in shapes:
+        for variant, decoder in GRAPH_MODELS:
+            for graphs in (True, False):
+                # warm-up 3 at least: a shape's second step captures its graphs
+                spec = make_spec(
+                    shape,
+                    variant,
+                    s,
+                    device,
+                    seq_len(shape),
+                    decoder_input=decoder,
+                    warmup=max(s.warmup, 3),
+                    graphs=graphs,
+                )
+                res = {"status": skip} if skip else run_measurement(spec, isolate)
+                rows.append(record(variant, spec, res, decoders=decoder, graphs=graphs))
+                mode = "on " if graphs else "off"
+                log(f"graphs {shape.dataset:8s} {variant:6s} {decoder:8s} {mode} {_fmt_step(res)}")
+            rows[-1]["same_params_as_graphed"] = same_params(rows[-1], rows[-2])
+    return rows
+
+
+def same_params(a: dict[str, Any], b: dict[str, Any] | None) -> bool | None:
+    """Whether two measurements trained identical parameters (None: one was not measured)."""
+    if not b or "params_sha256" not in a or "params_sha256" not in b:
+        return None
+    return a["params_sha256"] == b["params_sha256"]
+
+
 # --- section: packing ----------------------------------------------------------------------
 
 PACKING_JOBS = (1, 2, 4)  # training jobs sharing the device
