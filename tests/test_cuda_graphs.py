@@ -8,6 +8,7 @@ torch.autograd.grad, then forward and backward through one autograd node) gives 
 eager run bit for bit, baseline and auxiliary models, text and images."""
 
 import dataclasses
+import gc
 
 import pytest
 import torch
@@ -21,6 +22,9 @@ from psrnn.checkpoint import config_differences
 def cpu_graph(module, sample_args, allow_unused_input=False, warmup=3):
     """make_graphed_callables on the CPU: its warm-up (torch.autograd.grad on the sample,
     on every parameter), then one autograd node whose backward is torch.autograd.grad."""
+    # make_graphed_callables fails (cudaErrorStreamCaptureImplicit) when an autograd node of
+    # an earlier step is alive: training must have let go of every one
+    assert not [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     params = tuple(p for p in module.parameters() if p.requires_grad)
 
     def grads(outputs, grad_outputs):

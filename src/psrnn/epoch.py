@@ -127,16 +127,12 @@ def train_epoch(
         anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
         loss = torch.zeros((), device=device)
         for piece in micro_batches(lengths, cfg.max_tokens):
-            piece_total, ce, aux_mean, correct = losses(*piece_inputs(split, batch, piece, anchors, device))
             # each piece's mean losses weighted by its share: the batch mean, as one piece
-            share = len(piece) / len(batch)
-            if share != 1.0:
-                piece_total = piece_total * share
-            piece_total.backward()
-            loss = loss + piece_total.detach()
-            b = len(piece)
-            # detached: a graphed node's outputs all require grad, and sums lives all epoch
-            sums += torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
+            piece_loss, piece_sums = piece_backward(
+                losses, piece_inputs(split, batch, piece, anchors, device), len(piece) / len(batch)
+            )
+            loss = loss + piece_loss
+            sums += piece_sums
         gnorm = clip_by_group(groups, cfg.clip)
         if pending is not None:
             check_finite(*pending, len(batches), epoch, cfg)
@@ -156,6 +152,24 @@ def train_epoch(
         check_finite(*pending, len(batches), epoch, cfg)
     ce_sum, aux_sum, correct = sums.tolist()
     return {"lr": lr, "train_main_loss": ce_sum / n, "train_aux_loss": aux_sum / n, "train_acc": correct / n}
+
+
+def piece_backward(
+    losses: Callable[..., tuple], inputs: tuple[torch.Tensor, ...], share: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward of one piece's loss x share (its part of the batch); returns that loss and
+    (CE, aux, correct) sums over the piece, detached. Nothing of the autograd graph
+    outlives the call: a CUDA graph captured at the next piece must find no node of this
+    one alive (make_graphed_callables fails on an AccumulateGrad node of the default
+    stream)."""
+    total, ce, aux_mean, correct = losses(*inputs)
+    if share != 1.0:
+        total = total * share
+    total.backward()
+    b = len(inputs[0])
+    # detached: a graphed node's outputs all require grad, and the sums live all epoch
+    sums = torch.stack([ce.detach() * b, aux_mean.detach() * b, correct]).to(torch.float64)
+    return total.detach(), sums
 
 
 class PieceLoss(nn.Module):

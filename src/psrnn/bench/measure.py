@@ -15,6 +15,7 @@ measurements can reuse memory freed by earlier ones and read low.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing
 import statistics
@@ -304,12 +305,24 @@ def run_measurement(
     becomes status "error: ..."."""
     try:
         if not isolate:
-            return measure(spec)
+            try:
+                return measure(spec)
+            finally:
+                release(spec.device)
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             return pool.submit(measure, spec).result()
     except Exception as err:  # a failed option (e.g. no compiler) must not stop the benchmark
         return {"status": error_status(err)}
+
+
+def release(device: str) -> None:
+    """Free what a measurement in this process left on a GPU: a model and its CUDA graphs
+    (epoch.GraphedPieces) refer to each other, so only the cycle collector frees them, and
+    their memory pools with them."""
+    if device.startswith("cuda"):
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def error_status(err: BaseException) -> str:
