@@ -519,3 +519,28 @@ def test_a_checkpoint_of_other_training_code_starts_over_instead_of_finishing_th
     assert not any("resumed after" in line for line in lines)
     assert new["epochs_run"] == 2 and new["best_valid_acc"] == old["best_valid_acc"]  # trained again
     assert torch.load(run / "ckpt_last.pt", weights_only=True)["code"] == "f" * 64
+
+
+def test_train_group_refuses_what_would_write_runs_no_search_has(tmp_path, capsys, monkeypatch):
+    """An experiment without a grid has no search runs (it wrote search/<exp>/default, which
+    REPORT then counted among the grid's runs); --selected without --seeds, --group with
+    --seeds and a negative or NaN --save-every are refused in one line, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "rr.yaml"
+    cfg.write_text(
+        f"extends: {C.ROOT / 'config' / 'relreg-ci.yaml'}\nname: rr-guards\n"
+        "experiments:\n  lstm_plain:\n    dataset: bincounter\n    model: lstm\n"
+    )
+    base = ["train-group", "--config", str(cfg)]
+    cases = [
+        (["--experiment", "lstm_plain"], "experiment lstm_plain has no grid to search"),
+        (["--experiment", "lstm_l2", "--selected", "x.json"], "--selected needs --seeds"),
+        (["--experiment", "lstm_l2", "--seeds", "1", "--group", "g"], "--group names search runs"),
+        (["--experiment", "lstm_l2", "--save-every", "-1"], "--save-every -1: seconds must be a number"),
+        (["--experiment", "lstm_l2", "--save-every", "nan"], "--save-every nan: seconds must be a number"),
+    ]
+    for extra, why in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("psrnn train-group: error: ") and why in err and "\n" not in err, err
+    assert not (C.ROOT / "results" / "rr-guards").exists()

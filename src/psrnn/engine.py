@@ -279,6 +279,7 @@ def _fit(
 
         log = tqdm.write
     max_epochs, patience = hooks.limits(run)
+    may_stop = stop_rule(hooks)
     first_loss, first_label = hooks.first_loss(data)
 
     non_finite: dict[str, Any] | None = None
@@ -303,7 +304,7 @@ def _fit(
         st.train_time_s += time.perf_counter() - t0
         valid = hooks.evaluate(model, data, run, device)
         row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
-        if note_epoch(st, row, hooks.score(valid), model, patience, max_epochs):
+        if note_epoch(st, row, hooks.score(valid), model, patience, max_epochs, may_stop(run, epoch)):
             torch_save(out_dir / "ckpt_best.pt", best_checkpoint(run, st))
         captured = hooks.capture(model, data, run, device, epoch, valid)
         if captured is not None:
@@ -393,10 +394,13 @@ def note_epoch(
     model: nn.Module,
     patience: int,
     max_epochs: int,
+    may_stop: bool = True,
 ) -> bool:
     """Record a trained and validated epoch (`row`, the study's `score` of its validation) in
     `st`: history, the best epoch (a CPU copy of `model`'s weights when it is a new best)
-    and whether the run stops now. Returns whether the epoch is the new best."""
+    and whether the run stops now: early stopping only where `may_stop` (the study's
+    `may_stop` hook: e.g. at the end of a warm-restart cycle). Returns whether the epoch is
+    the new best."""
     epoch = int(row["epoch"])
     st.history.append(row)
     st.epoch = epoch
@@ -406,11 +410,17 @@ def note_epoch(
         st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     else:
         st.since_best += 1
-    if patience > 0 and st.since_best >= patience:
+    if patience > 0 and st.since_best >= patience and may_stop:
         st.stopped = "early_stopping"
     elif epoch >= max_epochs:
         st.stopped = "max_epochs"
     return best
+
+
+def stop_rule(hooks: Any) -> Callable[[Any, int], bool]:
+    """The study's optional `may_stop(run, epoch)` hook: whether early stopping may end a run
+    after that epoch (default: after any)."""
+    return getattr(hooks, "may_stop", None) or (lambda run, epoch: True)
 
 
 def non_finite_stop(st: RunState, epoch: int, message: str, log: Callable[[str], None]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from psrnn.engine import (
     restore,
     run_metrics,
     seed_everything,
+    stop_rule,
 )
 from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text
@@ -220,6 +221,7 @@ def _train(
     later, a member stops with its best epoch as engine.fit stops a run)."""
     run0 = cohort[0].job.run
     max_epochs, patience = hooks.limits(run0)
+    may_stop = stop_rule(hooks)
     first_loss, first_label = hooks.first_loss(data)
     batch = fused([m.job.run for m in cohort], [m.model for m in cohort], [m.opt for m in cohort])
     noise = [torch.Generator().set_state(m.rng["torch"]) for m in cohort]
@@ -249,7 +251,8 @@ def _train(
             score = hooks.score(valids[r])
             if list(score) > m.st.best_score or due:
                 batch.write_back(r, m.model, m.opt)  # the member's own model holds its weights
-            m.best_unsaved |= note_epoch(m.st, row, score, m.model, patience, max_epochs)
+            stop_ok = may_stop(run, epoch)
+            m.best_unsaved |= note_epoch(m.st, row, score, m.model, patience, max_epochs, stop_ok)
             captured = hooks.capture(m.model, data, run, device, epoch, valids[r])
             if captured is not None:
                 m.st.captures[epoch] = captured
@@ -358,7 +361,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def group_jobs(args: argparse.Namespace) -> list[Job]:
-    """The members the command line names."""
+    """The members the command line names (a one-line error for a command line that names
+    none, or runs no search has)."""
+    if not math.isfinite(args.save_every) or args.save_every < 0:
+        raise UserError(f"--save-every {args.save_every:g}: seconds must be a number >= 0")
+    if args.seeds and args.group is not None:
+        raise UserError("train-group: --group names search runs, --seeds final runs: give one of them")
     suite = C.load_suite(args.config)
     exp, name = args.experiment, suite["name"]
     if exp not in suite["experiments"]:
@@ -388,6 +396,11 @@ def group_jobs(args: argparse.Namespace) -> list[Job]:
                 )
             )
         return jobs
+    if args.selected or args.group is None and not C.has_grid(suite, exp):
+        # a search run of an experiment without a grid would be search/<exp>/default, a run
+        # its search never has (REPORT would count it among the grid's runs)
+        what = "--selected needs --seeds" if args.selected else f"experiment {exp} has no grid to search"
+        raise UserError(f"train-group: {what} (final runs: --seeds N ... [--selected FILE])")
     points = groups.search_groups(suite, exp)
     if args.group is not None and args.group not in points:
         raise UserError(f"experiments.{exp}: no group {args.group!r}; known: {', '.join(points)}")

@@ -136,6 +136,28 @@ def limits(run: C.RunConfig) -> tuple[int, int]:
     return run.max_epochs, run.patience
 
 
+def may_stop(run: C.RunConfig, epoch: int) -> bool:
+    """Whether early stopping may end the run after `epoch`: with warm restarts ("sgdr",
+    "adamwr") only at the end of a cycle, where the rate has annealed to its floor; never
+    in the trough after a restart, when validation falls before it recovers (a run that
+    peaked at a cycle's end and fell after the restart was stopped mid-cycle under a
+    patience shorter than the cycle)."""
+    if run.optimizer not in ("sgdr", "adamwr"):
+        return True
+    return epoch in cycle_ends(run, epoch)
+
+
+def cycle_ends(run: C.RunConfig, until: int) -> list[int]:
+    """The epochs at which SGDR's cycles end (CosineAnnealingWarmRestarts(T_0, T_mult)), up to
+    `until`."""
+    ends, length, end = [], run.restart_epochs, run.restart_epochs
+    while end <= until:
+        ends.append(end)
+        length *= run.restart_mult
+        end += length
+    return ends
+
+
 def first_loss(data: Data) -> tuple[float, str]:
     """An untrained classifier predicts ~uniformly: ln(num_classes)."""
     classes = int(data.manifest["num_classes"])

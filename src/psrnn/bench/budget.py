@@ -205,6 +205,8 @@ SHAPE_FIELDS = (
 
 
 def shape_key(row: dict[str, Any]) -> tuple:
+    # a shape measured before RunConfig.cuda_graphs ran eager
+    row = {"cuda_graphs": False, **row}
     return tuple(tuple(row[k]) if isinstance(row[k], list) else row[k] for k in SHAPE_FIELDS)
 
 

@@ -115,16 +115,9 @@ def graphs_table(rows: list[dict[str, Any]]) -> list[str]:
         if on.get("status") == "ok" and off.get("status") == "ok":
             speedup = f"{off['step_ms']['median'] / on['step_ms']['median']:.2f}x"
         same = {True: "yes", False: "**no**", None: "–"}[off.get("same_params_as_graphed")]
+        model = VARIANT_LABELS[on["variant"]]
         lines.append(
-            [
-                on["shape"],
-                VARIANT_LABELS[on["variant"]],
-                on["decoders"],
-                *_step_cells(off)[:1],
-                *_step_cells(on)[:1],
-                speedup,
-                same,
-            ]
+            [on["shape"], model, on["decoders"], _step_cells(off)[0], _step_cells(on)[0], speedup, same]
         )
     return [
         "",
