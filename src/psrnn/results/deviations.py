@@ -11,9 +11,11 @@ import math
 
 from psrnn import config as C
 from psrnn.datasets import REGISTRY
+from psrnn.files import read_json
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, all_runs
 from psrnn.results.tables import DATASET_LABEL, settings_diffs
+from psrnn.study import cycle_ends
 
 PAPER_PATIENCE = 50
 PAPER_IMAGE_STEPS = {name: ds.image_side**2 for name, ds in REGISTRY.items() if ds.image_side}
@@ -196,7 +198,8 @@ def setting_deviations(s: Suite) -> list[Deviation]:
                 (
                     "decoder input",
                     "its own previous estimate (thesis)",
-                    "the true previous input (teacher forcing)",
+                    "the true previous input (teacher forcing)"
+                    + DECODER_REASON.get(str(st.get("dataset")), ""),
                     exp,
                 )
             )
@@ -218,6 +221,7 @@ def setting_deviations(s: Suite) -> list[Deviation]:
                     exp,
                 )
             )
+        found += stopping_deviations(s, exp, st) + grid_edge_deviations(s, exp)
     budget = [r for r in all_runs(s) if r.metrics.get("stopped") == "max_epochs"]
     for r in budget:
         found.append(
@@ -229,6 +233,53 @@ def setting_deviations(s: Suite) -> list[Deviation]:
             )
         )
     return [(*key, _applies_to(s, names)) for key, names in _grouped(found).items()]
+
+
+# why a dataset's decoders are teacher-forced, where they are (measured on real data)
+DECODER_REASON = {
+    "imdb": "; measured on real reviews (results/recipe/imdb-decoder/): estimate-fed decoders stay "
+    "at the constant-prediction floor (1.000 of it after 3 epochs) while teacher-forced ones "
+    "leave it (0.917)",
+}
+
+
+def stopping_deviations(s: Suite, exp: str, st: dict) -> list[tuple[str, str, str, str]]:
+    """Early stopping under SGDR: ours ends a run only at a cycle's end (psrnn.study.may_stop),
+    where the paper says nothing of restarts; and whether the epoch cap is a cycle end."""
+    if st.get("optimizer", "sgdr") not in ("sgdr", "adamwr"):
+        return []
+    cap, patience = int(st["max_epochs"]), int(st.get("patience", 0))
+    run = C.coerce_run(st)
+    ends = cycle_ends(run, cap)
+    where = f"cycles end at epochs {', '.join(map(str, ends)) or 'none'}"
+    cap_note = "a cycle end"
+    if cap not in ends:
+        cap_note = f"**mid-cycle** (the next cycle ends at {cycle_ends(run, 10 * cap)[len(ends)]})"
+    ours = f"the cap of {cap} epochs is {cap_note}; {where}"
+    if patience > 0:
+        checked = "checked only at cycle ends (never in the trough after a warm restart)"
+        ours = f"patience {patience}, {checked}; {ours}"
+    return [("early stopping under warm restarts", "patience 50; restarts not discussed", ours, exp)]
+
+
+def grid_edge_deviations(s: Suite, exp: str) -> list[tuple[str, str, str, str]]:
+    """A selected grid value at an end of its axis: the best may lie beyond the grid."""
+    grid = s.cfg["experiments"][exp].get("grid")
+    path = C.selection_path(s.cfg, exp)
+    if not isinstance(grid, dict) or not path.is_file():
+        return []
+    chosen = read_json(path).get("overrides", {})
+    out = []
+    for key, values in grid.items():
+        nums = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool))
+        v = chosen.get(key)
+        if len(nums) < 2 or not isinstance(v, (int, float)) or v not in (nums[0], nums[-1]):
+            continue
+        end = "top" if v == nums[-1] else "bottom"
+        grid_text = ", ".join(f"{x:g}" for x in nums)
+        ours = f"**{key} {v:g} chosen at the {end} of its grid** ({grid_text}): the best may lie beyond it"
+        out.append(("grid edge", "searched on validation (grid not given)", ours, exp))
+    return out
 
 
 def deviation_lines(s: Suite) -> list[str]:

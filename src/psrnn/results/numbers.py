@@ -24,6 +24,8 @@ from psrnn.results.stats import (
     bounded,
     difference_verdict,
     paired,
+    resolve_text,
+    seeds_to_resolve,
     t_quantile,
     verdict,
 )
@@ -179,12 +181,24 @@ def by_seed(s: Suite, exp: str) -> dict[int, float]:
     return {r.seed: r.value("test_acc") for r in s.runs.get(exp, []) if not math.isnan(r.value("test_acc"))}
 
 
+def paper_acc(s: Suite, exp: str) -> float | None:
+    """The paper's Table 2 accuracy of an experiment's row (None: no such row)."""
+    ref = s.ref_of(exp)
+    row = next((r for r in s.reference["table2"] if r["id"] == ref), None)
+    return None if row is None else row.get("acc")
+
+
 def paired_lines(s: Suite) -> list[str]:
-    """Best private/shared experiment vs best full share and best GRU, same seeds, per dataset
-    ("best" = highest mean validation accuracy among the dataset's table2 experiments)."""
+    """The paper's orderings within a dataset, each as a claim read from our seeds: best
+    private/shared vs best full share and best GRU ("best" = highest mean validation
+    accuracy among the dataset's table2 experiments), same seeds. The claim holds when our
+    paired difference's 95 % interval lies on the paper's side of 0, is reversed when it
+    lies on the other side; else it is unresolved, with the seeds that would resolve our
+    mean gap at its spread."""
     lines = [
-        "| Dataset | Comparison | Experiments | Seeds | Mean difference (pp) | 95% CI | Reading |",
-        "|---|---|---|---|---:|---:|---|",
+        "| Dataset | Comparison | Experiments | Seeds | Paper gap (pp) | Our mean difference (pp) | 95% CI "
+        "| Reading |",
+        "|---|---|---|---|---:|---:|---:|---|",
     ]
     shown = []
     for ds in C.enabled_datasets(s.cfg):
@@ -195,15 +209,34 @@ def paired_lines(s: Suite) -> list[str]:
             if ps is None or other is None:
                 missing = "private/shared" if ps is None else MODEL_LABEL[other_kind]
                 lines.append(
-                    f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
+                    f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
                     f"{fmt.DASH} | missing (no finished {missing} run) |"
                 )
                 continue
             diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
             diff = bounded(diff, *PP, wide=WIDE_PP)
             shown.append(diff)
-            lines.append(
-                f"| {DATASET_LABEL[ds]} | {label} | {ps} vs {other} | {seeds or fmt.DASH} | "
-                f"{fmt.signed(diff.mean)} | {fmt.ci(diff)} | private/shared {difference_verdict(diff)} |"
-            )
+            a, b = paper_acc(s, ps), paper_acc(s, other)
+            gap = a - b if a is not None and b is not None else math.nan
+            cells = [DATASET_LABEL[ds], label, f"{ps} vs {other}", seeds or fmt.DASH, fmt.signed(gap, 1)]
+            cells += [fmt.signed(diff.mean), fmt.ci(diff), claim_reading(gap, diff, s.paper_scale)]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines + ci_notes(shown)
+
+
+def claim_reading(gap: float, diff: Summary, paper_scale: bool) -> str:
+    """Our seeds' reading of the paper's ordering (private/shared ahead by `gap` pp)."""
+    if diff.n == 0:
+        return "missing"
+    if not paper_scale:
+        return f"private/shared {difference_verdict(diff)}; not assessed (small config)"
+    if diff.n < 2:
+        return "1 seed: no verdict"
+    if math.isnan(gap) or gap == 0:
+        return f"private/shared {difference_verdict(diff)} (the paper orders them not)"
+    ahead, behind = diff.ci_low > 0, diff.ci_high < 0  # private/shared ahead / behind
+    if (gap > 0 and ahead) or (gap < 0 and behind):
+        return "the paper's order holds (CI on its side of 0)"
+    if (gap > 0 and behind) or (gap < 0 and ahead):
+        return "reversed (CI on the other side of 0)"
+    return f"unresolved (CI contains 0; {resolve_text(seeds_to_resolve(diff, diff.mean))})"

@@ -19,8 +19,10 @@ from psrnn.results import FIGURE_TITLES as TITLES
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, all_runs  # noqa: F401 (re-export)
 from psrnn.results.deviations import deviation_lines
+from psrnn.results.inert import inert_lines
 from psrnn.results.numbers import paired_lines, params_lines, table1_lines, table2_lines, table4_lines
 from psrnn.results.own import own_lines
+from psrnn.results.stats import MARGIN_PP
 from psrnn.results.tables import metric
 
 # steps of the official images (the paper trains on them whole): 784, 784, 1024
@@ -211,6 +213,27 @@ def output_lines(outputs: list[str]) -> list[str]:
     return ["", "## Outputs", "", *[f"- `{o}`" for o in group_outputs(outputs)], ""]
 
 
+SMALLEST_VERDICT_SEEDS = 3  # the fewest seeds whose t-interval can decide Table 2's closer rows
+# what config/quick-3seeds.yaml costs, by `bench --only budget --times-from` (a test checks
+# the number against the file)
+QUICK_3SEEDS_BUDGET = "results/bench/graphs/quick-3seeds-budget-h200.md"
+QUICK_3SEEDS_HOURS = "12.8 H200-hours at the 70-epoch cap"
+
+
+def single_seed_lines(s: Suite) -> list[str]:
+    """For a paper-scale config of one seed per row: that it gives no verdicts, and the
+    smallest one that would."""
+    if not s.paper_scale or len(s.cfg["seeds"]) != 1:
+        return []
+    return [
+        "",
+        f"> **One seed per row: this config gives no verdicts**, only single numbers beside the "
+        f"paper's. The smallest config that gives them trains {SMALLEST_VERDICT_SEEDS} seeds per "
+        f"row (`seeds: [0, 1, 2]`): for quick.yaml that is `config/quick-3seeds.yaml`, "
+        f"{QUICK_3SEEDS_HOURS} (`{QUICK_3SEEDS_BUDGET}`).",
+    ]
+
+
 def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
@@ -234,7 +257,12 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "",
             f"Ours = mean ± sample std over seeds; 95% CI from Student's t, cut to the range the number "
             f"can take; {fmt.WIDE_MARK} and {fmt.CLIPPED_MARK} mark an uninformative one (notes under each "
-            "table); Δ = ours − paper. Verdict: reproduced when the paper's value lies inside our CI.",
+            f"table); Δ = ours − paper. Verdict (an equivalence test with a margin of ours, "
+            f"±{MARGIN_PP:g} pp, as the paper gives none): reproduced when our whole CI lies within the "
+            "margin of the paper's value, not reproduced when it lies wholly beyond it, inconclusive "
+            "otherwise, with the seeds that would decide it at our seeds' spread. One seed gives no CI "
+            "and no verdict.",
+            *single_seed_lines(s),
             "",
             "### Table 2: test accuracy",
             "",
@@ -258,6 +286,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "## Paired comparisons (same seeds, test accuracy)",
             "",
             *paired_lines(s),
+            *inert_lines(s),
             *own_lines(s),
             *figure_lines(outputs),
             "",

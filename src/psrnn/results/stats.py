@@ -105,33 +105,63 @@ def not_compared(paper: float | None, ours: Summary, paper_scale: bool) -> str |
     return None
 
 
-def verdict(paper: float | None, ours: Summary, paper_scale: bool) -> str:
-    """Is the paper's number inside our 95% CI?
+# Table 2's equivalence margin (ours; the paper gives none): two accuracies within it count
+# as the same. Table 2 prints 0.1 pp and its gaps between models of one dataset are 0.1-3 pp.
+MARGIN_PP = 0.5
+MAX_SEEDS = 1000  # seeds_to_resolve looks no further
 
-    A small config never claims a reproduction: its numbers come from shrunken data and
-    models, so the comparison is not assessed at all.
+
+def verdict(paper: float | None, ours: Summary, paper_scale: bool, margin: float = MARGIN_PP) -> str:
+    """An equivalence test of our mean against the paper's value.
+
+    reproduced: our whole 95 % interval lies within ± margin of the paper's value; not
+    reproduced: it lies wholly beyond, on one side; inconclusive otherwise, with how many
+    seeds would decide it at our seeds' spread (`seeds_to_resolve`). The earlier rule
+    ("the paper's value is inside our interval") rewarded wide intervals. One seed has no
+    interval: no verdict. A small config never claims a reproduction: its numbers come from
+    shrunken data and models, so the comparison is not assessed at all.
     """
     if (why := not_compared(paper, ours, paper_scale)) is not None:
         return why
     assert paper is not None  # not_compared said so
     if ours.n < 2:
-        return "1 seed (no CI)"
-    if ours.ci_low <= paper <= ours.ci_high:
-        if ours.wide:  # it would also hold numbers the paper tells apart
-            return f"inconclusive (paper value within a CI wider than {WIDE_PP:g} pp)"
-        return "reproduced (paper value within our 95% CI)"
-    side = "higher" if ours.mean > paper else "lower"
-    return f"not reproduced (ours {side})"
+        return "1 seed: no verdict"
+    low, high = paper - margin, paper + margin
+    if low <= ours.ci_low and ours.ci_high <= high:
+        return f"reproduced (95% CI within ±{margin:g} pp)"
+    if ours.ci_low > high or ours.ci_high < low:
+        return f"not reproduced (ours {'higher' if ours.mean > paper else 'lower'})"
+    return f"inconclusive ({resolve_text(seeds_to_resolve(ours, abs(ours.mean - paper) - margin))})"
+
+
+def seeds_to_resolve(s: Summary, gap: float) -> int | None:
+    """The fewest seeds whose 95 % t-interval half-width, at the spread `s.std` measured,
+    is under |gap|: the distance from the mean to the point the interval must clear (the
+    margin's edge for a value, 0 for a difference). None: no spread to go by, a gap of 0, or
+    more than MAX_SEEDS."""
+    if not (s.n >= 2 and math.isfinite(s.std) and s.std > 0 and abs(gap) > 0):
+        return None
+    for n in range(2, MAX_SEEDS + 1):
+        if t_quantile(n) * s.std / math.sqrt(n) < abs(gap):
+            return n
+    return None
+
+
+def resolve_text(n: int | None) -> str:
+    if n is None:
+        return f"no number of seeds up to {MAX_SEEDS} would decide it at this spread"
+    return f"about {n} seeds would decide it at this spread"
 
 
 def difference_verdict(diff: Summary) -> str:
-    """Reading of a paired difference's CI: which model is better, if either."""
+    """Reading of a paired difference's CI: which model is better, if either; when neither,
+    how many seeds would tell at this spread."""
     if diff.n == 0:
         return "missing"
     if diff.n < 2:
-        return "1 seed (no CI)"
+        return "1 seed: no verdict"
     if diff.ci_low > 0:
         return "better (CI above 0)"
     if diff.ci_high < 0:
         return "worse (CI below 0)"
-    return "no clear difference (CI contains 0)"
+    return f"no clear difference (CI contains 0; {resolve_text(seeds_to_resolve(diff, diff.mean))})"
