@@ -947,3 +947,38 @@ def test_a_single_seed_paper_config_says_it_gives_no_verdicts_and_what_would(tmp
     s.cfg["seeds"] = [0]
     (line,) = [x for x in report.single_seed_lines(s) if x]
     assert "**One seed per row: this config gives no verdicts**" in line and "quick-3seeds.yaml" in line
+
+
+def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, capsys):
+    """Outputs of one compile change together or not at all: a compile killed after its
+    tables (SIGTERM, as a scheduler sends it) leaves the last compile's tables, figures and
+    REPORT.md as they were, says what Ctrl-C says, and leaves no staging folder."""
+    import os
+    import signal
+
+    config = make_suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])  # speed: no figures
+    assert main(["compile", "--config", str(config)]) == 0
+    out = tmp_path / "results" / "t"
+    before = _digests(out)
+    # one more finished run: a whole compile would change the tables and REPORT.md
+    extra = out / "runs" / "mnist_full" / "seed2"
+    shutil.copytree(out / "runs" / "mnist_full" / "seed1", extra)
+    m = json.loads((extra / "metrics.json").read_text())
+    (extra / "metrics.json").write_text(json.dumps({**m, "seed": 2, "config": {**m["config"], "seed": 2}}))
+
+    def killed(s, d):  # the tables are written by now; the scheduler's kill comes here
+        assert (d.parent / "tables" / "table2.md").is_file()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("psrnn.results.figures.write_figures", killed)
+    assert main(["compile", "--config", str(config)]) == 130
+    assert capsys.readouterr().err.strip() == "psrnn compile: interrupted; the same command resumes"
+    after = {k: v for k, v in _digests(out).items() if not k.startswith("runs")}
+    assert after == {k: v for k, v in before.items() if not k.startswith("runs")}
+    assert not list(out.glob(".compile-*"))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # main gave the handler back
+    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])
+    assert main(["compile", "--config", str(config)]) == 0  # the same command, whole
+    assert _digests(out)["tables/table2.md"] != before["tables/table2.md"]

@@ -14,7 +14,9 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from psrnn.errors import UserError
 
@@ -63,6 +65,10 @@ PATH_ERRORS = {
 }
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
@@ -70,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     finally:
         sys.argv = saved
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # a scheduler's kill says what Ctrl-C says
+        previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, FileNotFoundError) as err:  # psrnn.config.ConfigError is a UserError
@@ -91,3 +100,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

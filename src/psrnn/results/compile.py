@@ -6,6 +6,11 @@ what is written where; the same runs give byte-identical files).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +89,35 @@ def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
     study = studies.study_of(cfg)
     results_dir = C.results_root(cfg)
-    written = study.compile(cfg, results_dir, args.reference or C.ROOT / study.reference)
+    with staged_outputs(results_dir, study.output_paths(cfg)) as staging:
+        written = study.compile(cfg, staging, args.reference or C.ROOT / study.reference)
     print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
     return 0
+
+
+@contextlib.contextmanager
+def staged_outputs(results_dir: Path, outputs: list[Path]) -> Iterator[Path]:
+    """A staging folder for one compile: it holds links to everything in `results_dir` but
+    the outputs' top-level entries (the runs and notes compile reads), the compile writes
+    its outputs into it, and they replace the old ones together when it ends. A compile
+    stopped half-way (an error, SIGINT, SIGTERM) changes no output: tables, figures and
+    REPORT.md never disagree. The staging folder is removed either way."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    produced = {p.relative_to(results_dir).parts[0] for p in outputs}
+    staging = Path(tempfile.mkdtemp(prefix=".compile-", dir=results_dir))
+    try:
+        for entry in sorted(results_dir.iterdir()):
+            if entry.name not in produced and not entry.name.startswith(".compile-"):
+                (staging / entry.name).symlink_to(entry.resolve())
+        yield staging
+        moves = [
+            (Path(folder) / name, results_dir / Path(folder).relative_to(staging) / name)
+            for folder, dirs, files in os.walk(staging)  # links are not followed into
+            for name in files
+            if not (Path(folder) / name).is_symlink()
+        ]
+        for src, dst in moves:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
