@@ -20,6 +20,7 @@ from snakemake.utils import min_version
 from psrnn import config as C
 from psrnn import groups as G
 from psrnn import workflow as W
+from psrnn.errors import UserError
 
 min_version("9.20")  # pyproject.toml's workflow group
 
@@ -39,7 +40,8 @@ SUITE = W.suite_path(
 )
 try:
     CFG = C.load_suite(SUITE)
-except C.ConfigError as err:  # one line, as the CLI says it: a traceback of our frames helps no one
+    W.check_stamped_files(CFG)  # a damaged manifest.json or selected.json: stop before planning
+except UserError as err:  # one line, as the CLI says it: a traceback of our frames helps no one
     sys.exit(f"psrnn: {err}")
 RESULTS = str(C.results_root(CFG))
 DATA = str(C.data_root(CFG))

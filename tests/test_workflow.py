@@ -16,6 +16,7 @@ from suites import TINY
 from psrnn import config as C
 from psrnn import workflow as W
 from psrnn.cli import main
+from psrnn.errors import UserError
 
 ROOT = C.ROOT
 PAPER, SMALL = ROOT / "config" / "paper.yaml", ROOT / "config" / "small.yaml"
@@ -548,3 +549,20 @@ def test_a_config_error_under_snakemake_is_one_line(tmp_path):
     assert res.returncode != 0 and "Traceback" not in out and 'File "' not in out
     assert f"psrnn: {bad}: (top level): Additional properties are not allowed ('bogus' was unexpected)" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, monkeypatch):
+    """manifest.json and selected.json carry the stamps that keep finished jobs finished; a
+    cut one is named in one line (the Snakefile stops on it) instead of re-running jobs."""
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert W.damaged_stamped_files(cfg) == []  # nothing there yet: nothing damaged
+    good, cut = Path(W.manifest(cfg, "mnist")), Path(W.selection(cfg, "mnist_ps30_predrec_a4"))
+    for p, text in ((good, '{"input": "continuous"}'), (cut, '{"overrides": {"lr"')):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    assert W.damaged_stamped_files(cfg) == [str(cut)]
+    with pytest.raises(UserError, match=rf"^damaged \(not JSON\): {re.escape(str(cut))}; delete them"):
+        W.check_stamped_files(cfg)
+    good.write_text("[1, 2]")  # JSON, but not a stamped file
+    assert W.damaged_stamped_files(cfg) == [str(good), str(cut)]

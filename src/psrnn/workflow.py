@@ -35,6 +35,7 @@ from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-s
     source_folders,
     uses_apptainer,
 )
+from psrnn.errors import UserError
 from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 
 SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
@@ -352,6 +353,37 @@ def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[s
     if C.has_grid(cfg, experiment):
         stamps["selected"] = selection_stamp(cfg, experiment)
     return stamps
+
+
+def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
+    """The suite's manifest.json and selected.json files that exist but cannot be read: the
+    workflow stops on them before planning (issue: a damaged manifest made every finished
+    run's job re-run, and Snakemake deleted their metrics.json first)."""
+    paths = []
+    if studies.study_of(cfg).data_jobs:
+        paths += [manifest(cfg, ds) for ds in C.enabled_datasets(cfg)]
+    paths += [selection(cfg, e) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
+    bad = []
+    for p in map(Path, paths):
+        if not p.is_file():
+            continue
+        try:
+            ok = isinstance(json.loads(p.read_text()), dict)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            bad.append(str(p))
+    return bad
+
+
+def check_stamped_files(cfg: dict[str, Any]) -> None:
+    """A one-line UserError naming the damaged files (damaged_stamped_files), if any."""
+    bad = damaged_stamped_files(cfg)
+    if bad:
+        raise UserError(
+            f"damaged (not JSON): {', '.join(bad)}; delete them and run again (the jobs that wrote "
+            "them make them anew); nothing was run"
+        )
 
 
 def is_current(path: str | Path, stamp: dict[str, str]) -> bool:
