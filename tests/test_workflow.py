@@ -566,3 +566,19 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
         W.check_stamped_files(cfg)
     good.write_text("[1, 2]")  # JSON, but not a stamped file
     assert W.damaged_stamped_files(cfg) == [str(good), str(cut)]
+
+
+def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monkeypatch):
+    """Issue: after a real training-code change, one invocation re-trained the search but
+    left the final runs and the compile on the old code (the ancient selected.json masked
+    their params). The selection's stamp now holds the code's digest: under other code it
+    is not current, so train_inputs hands it over plain and what follows re-runs."""
+    from psrnn import codehash
+    from psrnn.files import write_json
+
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    path = tmp_path / "selected.json"
+    write_json(path, {"overrides": {"lr": 0.03}, **W.selection_stamp(cfg, "mnist_ps30_predrec_a4")})
+    assert W.is_current(path, W.selection_stamp(cfg, "mnist_ps30_predrec_a4"))
+    monkeypatch.setattr(codehash, "training_digest", lambda study: "0" * 64)  # other training code
+    assert not W.is_current(path, W.selection_stamp(cfg, "mnist_ps30_predrec_a4"))

@@ -336,10 +336,13 @@ def dataset_stamp(cfg: dict[str, Any], dataset: str) -> dict[str, str]:
 
 
 def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
-    """What select records in selected.json: the settings it was chosen for. Not the code's
-    digest: a change of the training code re-runs the search and final jobs themselves
-    (their params), and the committed selections stay current across it."""
-    spec = experiment_spec(cfg, experiment, code=False)
+    """What select records in selected.json: the settings, and the digest of the code that
+    trained the search it chose from. With the code in it, a training-code change makes the
+    selection a plain input (it is about to be remade), so one Snakemake invocation re-runs
+    the search, the selection, the final runs and the compile; without it, the ancient
+    selection masked the final runs' changed params (snakemake/snakemake#4166), and they
+    and the compile stayed on the old code until a second invocation."""
+    spec = experiment_spec(cfg, experiment)
     if cfg.get("ties") == "draw":  # the draws map the final seeds to tied points
         spec = json.dumps({"spec": spec, "ties": "draw", "seeds": list(cfg["seeds"])}, sort_keys=True)
     return {SPEC_KEY: spec_digest(spec)}
