@@ -544,3 +544,24 @@ def test_train_group_refuses_what_would_write_runs_no_search_has(tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert err.startswith("psrnn train-group: error: ") and why in err and "\n" not in err, err
     assert not (C.ROOT / "results" / "rr-guards").exists()
+
+
+def test_an_impossible_model_and_a_label_out_of_range_are_one_line(tmp_path, capsys):
+    """--set hidden=100000000 (the allocator's RuntimeError) and a prepared split with a
+    label its manifest does not count (cross_entropy's IndexError): one line each, rc 2,
+    not a traceback."""
+    data = write_images(tmp_path / "data", T=16)
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(json.dumps(small_cfg(data, max_epochs=1).to_dict()))
+    huge = ["train", "--config", str(run_yaml), "--out", str(tmp_path / "huge"), "--set", "hidden=100000000"]
+    assert main(huge) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("psrnn train: error: out of memory: "), err
+    split = torch.load(data / "train.pt")
+    split["y"][0] = 99
+    torch.save(split, data / "train.pt")
+    assert main(["train", "--config", str(run_yaml), "--out", str(tmp_path / "label")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Target 99 is out of bounds" in err[0] and "re-prepare the dataset" in err[0], (
+        err
+    )

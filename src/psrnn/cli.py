@@ -14,6 +14,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -65,6 +66,23 @@ PATH_ERRORS = {
 }
 
 
+def known_failure(err: BaseException) -> str | None:
+    """One line for the library errors a setting or a damaged dataset causes (None for any
+    other: its traceback is a bug report): an allocation no device can make (`--set
+    hidden=100000000`), a label outside the model's classes (a prepared split whose labels
+    its manifest does not count)."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    if isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower()):
+        return f"out of memory: {first[:200]} (a smaller model, batch_size or max_tokens needs less)"
+    if isinstance(err, IndexError) and re.search(r"Target -?\d+ is out of bounds", text):
+        return (
+            f"{first} for the model's classes: a label outside the prepared dataset's num_classes "
+            "(re-prepare the dataset)"
+        )
+    return None
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -87,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`psrnn config ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (RuntimeError, IndexError) as err:
+        line = known_failure(err)
+        if line is None:
+            raise
+        print(f"psrnn {args.command}: error: {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # checkpoints and outputs are written whole (psrnn.files)
         print(f"psrnn {args.command}: interrupted; the same command resumes", file=sys.stderr)
         return 130

@@ -3,7 +3,7 @@ lock file before CUDA starts, so `snakemake --cores all` runs `jobs_per_gpu` job
 of the host's GPUs (the Snakefile sets the `gpu` resource to GPUs x jobs_per_gpu) and
 spreads them over the devices before it stacks them.
 
-    PSRNN_GPU_LOCKS=/tmp/psrnn-gpus-$USER     # where the claims live (this is the default)
+    PSRNN_GPU_LOCKS=/tmp/psrnn-gpus-$(id -u)  # where the claims live (this is the default: the numeric uid)
     PSRNN_JOBS_PER_GPU=4                      # slots per device (the Snakefile sets it from
                                               # the suite config's resources.train.jobs_per_gpu)
 
