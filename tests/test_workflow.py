@@ -487,6 +487,7 @@ REFERENCE = re.compile(r"(?<![\w/.-])((?:config|src|tests|containers|profiles|pa
         "dvc.yaml",
         "containers/README.md",
         "data/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config").glob("*.yaml")),
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "profiles").glob("*/config.yaml")),
     ],
