@@ -592,7 +592,14 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     # 95, 96, 98 %: a CI of ±3.8 pp holds the paper's value and much else
     assert "| inconclusive (about " in line("| table2/mnist/ps30-predrec-a40 accuracy")
     assert "| 1 seed: no verdict |" not in line("| table2/mnist/full-rec-a1")  # n = 2 has a CI
-    assert line("| table2/fmnist/gru accuracy").endswith("| missing |")
+    # a row the config has no experiment for is counted under the table, not listed
+    assert not any(x.startswith(("| table2/fmnist/gru acc", "| table2/dbpedia/gru acc")) for x in lines)
+    assert re.search(r"^\d+ of Table 2's \d+ rows are not run by this config\.$", text, flags=re.M)
+    # the report opens with its findings: verdict counts of the rows and orderings it runs
+    findings = text.split("## Findings\n\n")[1].split("\n\n")[0].splitlines()
+    assert findings[0].startswith("- **Table 2 accuracies** (") and "rows run): " in findings[0]
+    assert findings[1] == "- **Table 4 accuracies** (1 of 6 rows run): 1 missing."
+    assert findings[2] == "- **The paper's orderings** (2 comparisons): 1 the paper's order holds, 1 unresolved."
     assert line("| table4/shared-50 accuracy").endswith("| missing |")
     # paired: ps - gru per seed = 5, 4, 4 pp; ps - full on seeds 0, 1 = 2, 1 pp
     sd = math.sqrt(((5 - 13 / 3) ** 2 + 2 * (4 - 13 / 3) ** 2) / 2)

@@ -90,17 +90,53 @@ def experiments_or_none(s: Suite, ref_id: str) -> list[str | None]:
 
 
 def table2_lines(s: Suite) -> list[str]:
+    """One line per Table 2 row this config runs; the rows it has no experiment for are
+    counted below the table, not listed."""
     lines, shown = list(NUMBER_HEADER), []
-    for ref in s.reference["table2"]:
-        for exp in experiments_or_none(s, ref["id"]):
-            acc = accuracy(s, exp) if exp else MISSING
-            shown.append(acc)
-            lines.append(
-                number_row(
-                    f"{ref['id']} accuracy % ({exp or 'no experiment'})", ref["acc"], acc, s.paper_scale, 2, 1
-                )
-            )
-    return lines + ci_notes(shown)
+    for ref, exp in table2_rows(s):
+        acc = accuracy(s, exp)
+        shown.append(acc)
+        lines.append(number_row(f"{ref['id']} accuracy % ({exp})", ref["acc"], acc, s.paper_scale, 2, 1))
+    skipped = len(s.reference["table2"]) - len({ref["id"] for ref, _ in table2_rows(s)})
+    note = ["", f"{skipped} of Table 2's {len(s.reference['table2'])} rows are not run by this config."]
+    return lines + ci_notes(shown) + (note if skipped else [])
+
+
+def table2_rows(s: Suite) -> list[tuple[dict, str]]:
+    """(reference row, experiment) for every Table 2 row this config runs."""
+    return [(ref, exp) for ref in s.reference["table2"] for exp in s.experiments_for(ref["id"])]
+
+
+def findings_lines(s: Suite) -> list[str]:
+    """REPORT's opening: the verdict counts of Table 2 (and Table 4 where the config runs
+    it) and of the paper's orderings, in the form workflow.verdicts reads for the HTML
+    report's caption."""
+    if not s.paper_scale:
+        return []
+    out = []
+    for name, rows in (("Table 2", table2_rows(s)), ("Table 4", table4_rows(s))):
+        if not rows:
+            continue
+        verdicts = [verdict(ref["acc"], accuracy(s, exp), True) for ref, exp in rows]
+        total = len(s.reference[name.lower().replace(" ", "")])
+        out.append(f"- **{name} accuracies** ({len(rows)} of {total} rows run): {tally(verdicts)}.")
+    claims = ordering_readings(s)
+    if claims:
+        out.append(f"- **The paper's orderings** ({len(claims)} comparisons): {tally(claims)}.")
+    return out
+
+
+def tally(readings: list[str]) -> str:
+    """'3 reproduced, 1 inconclusive': each reading's words before any parenthesis, counted."""
+    counts: dict[str, int] = {}
+    for r in readings:
+        key = r.split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def table4_rows(s: Suite) -> list[tuple[dict, str]]:
+    return [(ref, exp) for ref in s.reference["table4"] for exp in s.experiments_for(ref["id"])]
 
 
 def table4_lines(s: Suite) -> list[str]:
@@ -213,15 +249,32 @@ def paired_lines(s: Suite) -> list[str]:
                     f"{fmt.DASH} | missing (no finished {missing} run) |"
                 )
                 continue
-            diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
-            diff = bounded(diff, *PP, wide=WIDE_PP)
+            diff, seeds, gap = ordering(s, ps, other)
             shown.append(diff)
-            a, b = paper_acc(s, ps), paper_acc(s, other)
-            gap = a - b if a is not None and b is not None else math.nan
             cells = [DATASET_LABEL[ds], label, f"{ps} vs {other}", seeds or fmt.DASH, fmt.signed(gap, 1)]
             cells += [fmt.signed(diff.mean), fmt.ci(diff), claim_reading(gap, diff, s.paper_scale)]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines + ci_notes(shown)
+
+
+def ordering(s: Suite, ps: str, other: str) -> tuple[Summary, list[int], float]:
+    """(paired difference ps − other over common seeds, in pp; those seeds; the paper's gap)."""
+    diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
+    a, b = paper_acc(s, ps), paper_acc(s, other)
+    return bounded(diff, *PP, wide=WIDE_PP), seeds, (a - b if a is not None and b is not None else math.nan)
+
+
+def ordering_readings(s: Suite) -> list[str]:
+    """claim_reading of every ordering paired_lines shows that has both experiments."""
+    out = []
+    for ds in C.enabled_datasets(s.cfg):
+        ps = best_experiment(s, table2_experiments(s, ds, "ps"))
+        for other_kind in ("full", "gru"):
+            other = best_experiment(s, table2_experiments(s, ds, other_kind))
+            if ps is not None and other is not None:
+                diff, _, gap = ordering(s, ps, other)
+                out.append(claim_reading(gap, diff, s.paper_scale))
+    return out
 
 
 def claim_reading(gap: float, diff: Summary, paper_scale: bool) -> str:

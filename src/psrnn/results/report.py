@@ -20,7 +20,14 @@ from psrnn.results import fmt
 from psrnn.results.collect import Suite, all_runs  # noqa: F401 (re-export)
 from psrnn.results.deviations import deviation_lines
 from psrnn.results.inert import inert_lines
-from psrnn.results.numbers import paired_lines, params_lines, table1_lines, table2_lines, table4_lines
+from psrnn.results.numbers import (
+    findings_lines,
+    paired_lines,
+    params_lines,
+    table1_lines,
+    table2_lines,
+    table4_lines,
+)
 from psrnn.results.own import own_lines
 from psrnn.results.stats import MARGIN_PP
 from psrnn.results.tables import metric
@@ -243,6 +250,9 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "no verdict is given.",
             "",
         ]
+    findings = findings_lines(s)
+    if findings:
+        head += ["## Findings", "", *findings, *single_seed_lines(s)[1:], ""]
     parts = (
         head
         + provenance(s)
@@ -262,7 +272,6 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
             "margin of the paper's value, not reproduced when it lies wholly beyond it, inconclusive "
             "otherwise, with the seeds that would decide it at our seeds' spread. One seed gives no CI "
             "and no verdict.",
-            *single_seed_lines(s),
             "",
             "### Table 2: test accuracy",
             "",
