@@ -599,7 +599,8 @@ def test_report_verdicts_paired_comparison_and_provenance(tmp_path):
     findings = text.split("## Findings\n\n")[1].split("\n\n")[0].splitlines()
     assert findings[0].startswith("- **Table 2 accuracies** (") and "rows run): " in findings[0]
     assert findings[1] == "- **Table 4 accuracies** (1 of 6 rows run): 1 missing."
-    assert findings[2] == "- **The paper's orderings** (2 comparisons): 1 the paper's order holds, 1 unresolved."
+    orderings = "- **The paper's orderings** (2 comparisons): 1 the paper's order holds, 1 unresolved."
+    assert findings[2] == orderings
     assert line("| table4/shared-50 accuracy").endswith("| missing |")
     # paired: ps - gru per seed = 5, 4, 4 pp; ps - full on seeds 0, 1 = 2, 1 pp
     sd = math.sqrt(((5 - 13 / 3) ** 2 + 2 * (4 - 13 / 3) ** 2) / 2)
