@@ -347,7 +347,7 @@ def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):
     with pytest.raises(C.ConfigError) as err:
         W.check_image("containers/psrnn.sif", tmp_path)
     assert str(err.value) == (
-        "--use-singularity: image containers/psrnn.sif not found; build it "
+        "--use-singularity / --sdm apptainer: image containers/psrnn.sif not found; build it "
         "first: apptainer build containers/psrnn.sif containers/psrnn.def "
         "(or, without a container registry, sudo apptainer build containers/psrnn.sif "
         "containers/psrnn-debian.def) (needs Apptainer >= 1.2; containers/README.md)"

@@ -43,7 +43,7 @@ def check_image(image: str | None, basedir: str | Path) -> None:
     if not (Path(basedir) / image).is_file() and not Path(image).is_file():
         build = IMAGE_BUILD.get(image, "see containers/README.md")
         raise C.ConfigError(
-            f"--use-singularity: image {image} not found; build it first: "
+            f"--use-singularity / --sdm apptainer: image {image} not found; build it first: "
             f"{build} (needs Apptainer >= 1.2; containers/README.md)"
         )
 
