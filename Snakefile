@@ -25,7 +25,9 @@ from psrnn.errors import UserError
 min_version("9.20")  # pyproject.toml's workflow group
 
 
-configfile: workflow.source_path("config/paper.yaml")
+# No `configfile:` directive: the suite config is config/paper.yaml unless --configfile
+# names another (psrnn.workflow.suite_path), and Snakemake would otherwise announce that
+# paper.yaml "is extended by" the file the user gave.
 
 
 report: "paper/report/workflow.rst"
