@@ -990,3 +990,16 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
     monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])
     assert main(["compile", "--config", str(config)]) == 0  # the same command, whole
     assert _digests(out)["tables/table2.md"] != before["tables/table2.md"]
+
+
+def test_a_config_without_a_figures_experiments_draws_no_placeholder_for_it():
+    """quick-imdb.yaml runs only IMDB rows: no CIFAR-10 sweep (Figure 2) and no Figure 3
+    experiment, so neither is an output; Figure 1 stays (its private/shared rows)."""
+    from psrnn.results.compile import paper_figures
+
+    imdb = C.load_suite(C.ROOT / "config" / "quick-imdb.yaml")
+    assert paper_figures(imdb) == ["fig1_gradient_norms"]
+    stems = {p.stem for p in output_paths(imdb) if p.parent.name == "figures"}
+    assert not {"fig2_shared_proportion", "fig3_hidden_states"} & stems
+    paper = C.load_suite(C.ROOT / "config" / "paper.yaml")
+    assert paper_figures(paper) == ["fig1_gradient_norms", "fig2_shared_proportion", "fig3_hidden_states"]

@@ -377,12 +377,16 @@ def fig1_gradient_norms(s: Suite) -> Figure:
 
 
 def figure_builders(s: Suite) -> list[tuple[str, Callable[[], Figure]]]:
-    """(stem, builder) of every figure, in a fixed order (builders run under STYLE)."""
-    out = [
-        ("fig1_gradient_norms", lambda: fig1_gradient_norms(s)),
-        ("fig2_shared_proportion", lambda: fig2_shared_proportion(s)),
-        ("fig3_hidden_states", lambda: fig3_hidden_states(s)),
-    ]
+    """(stem, builder) of every figure the config can draw (compile.paper_figures), in a
+    fixed order (builders run under STYLE)."""
+    from psrnn.results.compile import paper_figures
+
+    paper = {
+        "fig1_gradient_norms": lambda: fig1_gradient_norms(s),
+        "fig2_shared_proportion": lambda: fig2_shared_proportion(s),
+        "fig3_hidden_states": lambda: fig3_hidden_states(s),
+    }
+    out = [(stem, paper[stem]) for stem in paper_figures(s.cfg)]
     for exp in s.experiments:
         out.append((f"curves_{exp}", lambda exp=exp: curves(s, exp)))
     return out
