@@ -447,6 +447,10 @@ def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(t
     search/train are re-submitted (resuming their checkpoint) when killed at the walltime.
     (`--cores 8`: a dry run's default of 1 core would cap the threads.)"""
     profile = ("--workflow-profile", str(ROOT / "profiles" / "slurm"))
+    # squeue, not sacct: the plugin's sacct path hangs on a cancelled job and without slurmdbd
+    assert yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())[
+        "slurm-status-command"
+    ] == ("squeue")
     res = snakemake("-n", "--cores", "8", *profile, cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     cfg = C.load_suite(PAPER)
