@@ -17,7 +17,7 @@ start)
   dir=$(realpath -m "${2:?state folder}"); mkdir -p "$dir"/{state,spool,log,munge}
   host=$(hostname -s); cpus=$(nproc); mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)
   conf=/etc/slurm/slurm.conf
-  [ -f "$conf" ] && [ ! -f "$dir/slurm.conf.saved" ] && cp "$conf" "$dir/slurm.conf.saved"
+  if [ -f "$conf" ]; then [ -f "$dir/slurm.conf.saved" ] || cp "$conf" "$dir/slurm.conf.saved"; else touch "$dir/slurm.conf.created"; fi
   mkdir -p /etc/slurm
   cat > "$conf" <<CONF
 ClusterName=psrnn-test
@@ -66,6 +66,7 @@ stop)
     [ -n "$pid" ] && kill "$pid" 2> /dev/null || true
   done
   sleep 1
-  [ -f "$dir/slurm.conf.saved" ] && cp "$dir/slurm.conf.saved" /etc/slurm/slurm.conf || true
+  if [ -f "$dir/slurm.conf.saved" ]; then cp "$dir/slurm.conf.saved" /etc/slurm/slurm.conf; fi
+  if [ -f "$dir/slurm.conf.created" ]; then rm -f /etc/slurm/slurm.conf; fi
   ;;
 esac
