@@ -16,6 +16,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import studies
+from psrnn.errors import UserError
 from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES, curves
 
 
@@ -102,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
     study = studies.study_of(cfg)
     results_dir = C.results_root(cfg)
     with staged_outputs(results_dir, study.output_paths(cfg)) as staging:
-        written = study.compile(cfg, staging, args.reference or C.ROOT / study.reference)
+        try:
+            written = study.compile(cfg, staging, args.reference or C.ROOT / study.reference)
+        except UserError as err:  # it names the files where the user finds them, not their links
+            raise UserError(str(err).replace(str(staging), str(results_dir))) from None
     print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
     return 0
 
