@@ -56,3 +56,13 @@ def test_a_real_run_stops_only_at_a_cycle_end(tmp_path):
     # first cycle ends at 3
     assert m["stopped"] == "early_stopping"
     assert m["epochs_run"] == 3 and len(read_history(tmp_path / "run")) == 3
+
+
+def test_the_reports_cycle_ends_are_the_trainings():
+    """REPORT's disclosure (psrnn.results.deviations, which must not import the training
+    code) names the same cycle ends the training stops at."""
+    from psrnn.results.deviations import cycle_ends
+
+    for t0, mult in ((10, 2), (4, 1), (2, 2), (3, 3)):
+        run = RunConfig(optimizer="sgdr", restart_epochs=t0, restart_mult=mult)
+        assert cycle_ends(run, 400) == study.cycle_ends(run, 400)

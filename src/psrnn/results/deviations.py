@@ -15,7 +15,6 @@ from psrnn.files import read_json
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, all_runs
 from psrnn.results.tables import DATASET_LABEL, settings_diffs
-from psrnn.study import cycle_ends
 
 PAPER_PATIENCE = 50
 PAPER_IMAGE_STEPS = {name: ds.image_side**2 for name, ds in REGISTRY.items() if ds.image_side}
@@ -241,6 +240,19 @@ DECODER_REASON = {
     "at the constant-prediction floor (1.000 of it after 3 epochs) while teacher-forced ones "
     "leave it (0.917)",
 }
+
+
+def cycle_ends(run: C.RunConfig, until: int) -> list[int]:
+    """SGDR's cycle ends up to `until`, as psrnn.study.cycle_ends has them (which the
+    training stops by; a test holds the two equal). Not imported from there: compile must
+    not depend on the training code (psrnn.codehash's compile digest)."""
+    ends: list[int] = []
+    length = end = run.restart_epochs
+    while end <= until:
+        ends.append(end)
+        length *= run.restart_mult
+        end += length
+    return ends
 
 
 def stopping_deviations(s: Suite, exp: str, st: dict) -> list[tuple[str, str, str, str]]:
