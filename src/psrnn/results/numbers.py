@@ -292,4 +292,4 @@ def claim_reading(gap: float, diff: Summary, paper_scale: bool) -> str:
         return "the paper's order holds (CI on its side of 0)"
     if (gap > 0 and behind) or (gap < 0 and ahead):
         return "reversed (CI on the other side of 0)"
-    return f"unresolved (CI contains 0; {resolve_text(seeds_to_resolve(diff, diff.mean))})"
+    return f"unresolved (CI contains 0{resolve_text(seeds_to_resolve(diff, diff.mean))})"

@@ -131,26 +131,31 @@ def verdict(paper: float | None, ours: Summary, paper_scale: bool, margin: float
         return f"reproduced (95% CI within ±{margin:g} pp)"
     if ours.ci_low > high or ours.ci_high < low:
         return f"not reproduced (ours {'higher' if ours.mean > paper else 'lower'})"
-    return f"inconclusive ({resolve_text(seeds_to_resolve(ours, abs(ours.mean - paper) - margin))})"
+    clause = resolve_text(seeds_to_resolve(ours, abs(ours.mean - paper) - margin))
+    return f"inconclusive ({clause[2:] or 'the CI crosses the margin'})"
 
 
 def seeds_to_resolve(s: Summary, gap: float) -> int | None:
     """The fewest seeds whose 95 % t-interval half-width, at the spread `s.std` measured,
     is under |gap|: the distance from the mean to the point the interval must clear (the
-    margin's edge for a value, 0 for a difference). None: no spread to go by, a gap of 0, or
-    more than MAX_SEEDS."""
+    margin's edge for a value, 0 for a difference); MAX_SEEDS + 1 when more than MAX_SEEDS.
+    None: no spread to go by (one seed, or an interval that is not a t-interval) or a gap
+    of 0."""
     if not (s.n >= 2 and math.isfinite(s.std) and s.std > 0 and abs(gap) > 0):
         return None
     for n in range(2, MAX_SEEDS + 1):
         if t_quantile(n) * s.std / math.sqrt(n) < abs(gap):
             return n
-    return None
+    return MAX_SEEDS + 1
 
 
 def resolve_text(n: int | None) -> str:
+    """The seeds clause of an unresolved reading ('' when there is nothing to go by)."""
     if n is None:
-        return f"no number of seeds up to {MAX_SEEDS} would decide it at this spread"
-    return f"about {n} seeds would decide it at this spread"
+        return ""
+    if n > MAX_SEEDS:
+        return f"; no number of seeds up to {MAX_SEEDS} would decide it at this spread"
+    return f"; about {n} seeds would decide it at this spread"
 
 
 def difference_verdict(diff: Summary) -> str:
@@ -164,4 +169,4 @@ def difference_verdict(diff: Summary) -> str:
         return "better (CI above 0)"
     if diff.ci_high < 0:
         return "worse (CI below 0)"
-    return f"no clear difference (CI contains 0; {resolve_text(seeds_to_resolve(diff, diff.mean))})"
+    return f"no clear difference (CI contains 0{resolve_text(seeds_to_resolve(diff, diff.mean))})"
