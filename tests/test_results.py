@@ -995,7 +995,7 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
 def test_a_config_without_a_figures_experiments_draws_no_placeholder_for_it():
     """quick-imdb.yaml runs only IMDB rows: no CIFAR-10 sweep (Figure 2) and no Figure 3
     experiment, so neither is an output; Figure 1 stays (its private/shared rows)."""
-    from psrnn.results.compile import paper_figures
+    from psrnn.results import paper_figures
 
     imdb = C.load_suite(C.ROOT / "config" / "quick-imdb.yaml")
     assert paper_figures(imdb) == ["fig1_gradient_norms"]

@@ -505,11 +505,16 @@ def test_clipping_survives_huge_finite_gradients_and_matches_torch_otherwise():
 
 def test_early_stopping_after_patience_epochs_without_improvement(tmp_path):
     data = write_images(tmp_path / "data", T=16)
-    # a learning rate too small to move validation accuracy: epoch 1 stays the best
-    cfg = small_cfg(data, lr=1e-12, patience=2, max_epochs=10)
+    # a learning rate too small to move validation accuracy: epoch 1 stays the best. Adam
+    # has no warm restarts, so patience may end the run at any epoch (under SGDR only at a
+    # cycle's end: tests/test_sgdr_stopping.py)
+    cfg = small_cfg(data, optimizer="adam", lr=1e-12, patience=2, max_epochs=10)
     m = training.train(cfg, tmp_path / "run", log=quiet)
     assert (m["stopped"], m["best_epoch"], m["epochs_run"]) == ("early_stopping", 1, 3)
     assert len(read_history(tmp_path / "run")) == 3
+    sgdr = training.train(dataclasses.replace(cfg, optimizer="sgdr"), tmp_path / "sgdr", log=quiet)
+    # patience runs out after epoch 3, but SGDR's first cycle (restart_epochs) ends later
+    assert (sgdr["stopped"], sgdr["epochs_run"]) == ("early_stopping", cfg.restart_epochs)
 
 
 def test_sgdr_restarts_the_learning_rate_on_schedule(tmp_path):

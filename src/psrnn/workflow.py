@@ -9,11 +9,9 @@ functions. They take the validated suite config (a dict) and return paths relati
 the working directory, following the conventions of `psrnn.config`, so they are tested
 without Snakemake (tests/test_workflow.py).
 
-Which suite config a Snakemake run uses: Snakemake *merges* `--configfile` into the
-Snakefile's `configfile:` (the paper config), which would mix the two configs'
-experiments. So the merged `config` dict is never read: `suite_path` picks the one file
-(the last `--configfile`, else the default), and that file alone is loaded and
-validated here and handed to every `python -m psrnn` command.
+Which suite config a Snakemake run uses: `suite_path` picks one file (the last
+`--configfile`, else config/paper.yaml; the Snakefile has no `configfile:`, which Snakemake
+would merge with the user's), loads and validates it, and hands it to every command.
 """
 
 from __future__ import annotations
@@ -336,12 +334,9 @@ def dataset_stamp(cfg: dict[str, Any], dataset: str) -> dict[str, str]:
 
 
 def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
-    """What select records in selected.json: the settings, and the digest of the code that
-    trained the search it chose from. With the code in it, a training-code change makes the
-    selection a plain input (it is about to be remade), so one Snakemake invocation re-runs
-    the search, the selection, the final runs and the compile; without it, the ancient
-    selection masked the final runs' changed params (snakemake/snakemake#4166), and they
-    and the compile stayed on the old code until a second invocation."""
+    """What select records in selected.json: the settings and the training code's digest, so
+    after a code change the selection is a plain input and one invocation re-runs search,
+    select, final runs and compile (an ancient one masked the runs' params: #4166)."""
     spec = experiment_spec(cfg, experiment)
     if cfg.get("ties") == "draw":  # the draws map the final seeds to tied points
         spec = json.dumps({"spec": spec, "ties": "draw", "seeds": list(cfg["seeds"])}, sort_keys=True)
@@ -359,30 +354,22 @@ def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[s
 
 
 def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
-    """The suite's manifest.json and selected.json files that exist but cannot be read: the
-    workflow stops on them before planning (issue: a damaged manifest made every finished
-    run's job re-run, and Snakemake deleted their metrics.json first)."""
-    paths = []
-    if studies.study_of(cfg).data_jobs:
-        paths += [manifest(cfg, ds) for ds in C.enabled_datasets(cfg)]
+    """The suite's manifest.json and selected.json that exist but are no JSON object: the
+    Snakefile stops on them (a cut manifest re-ran, and deleted, every run on its data)."""
+    paths = [manifest(cfg, d) for d in C.enabled_datasets(cfg)] if studies.study_of(cfg).data_jobs else []
     paths += [selection(cfg, e) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
-    bad = []
-    for p in map(Path, paths):
-        if not p.is_file():
-            continue
-        try:
-            ok = isinstance(json.loads(p.read_text()), dict)
-        except (OSError, ValueError):
-            ok = False
-        if not ok:
-            bad.append(str(p))
-    return bad
+    return [p for p in paths if Path(p).is_file() and not isinstance(_json_or_none(Path(p)), dict)]
+
+
+def _json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def check_stamped_files(cfg: dict[str, Any]) -> None:
-    """A one-line UserError naming the damaged files (damaged_stamped_files), if any."""
-    bad = damaged_stamped_files(cfg)
-    if bad:
+    if bad := damaged_stamped_files(cfg):
         raise UserError(
             f"damaged (not JSON): {', '.join(bad)}; delete them and run again (the jobs that wrote "
             "them make them anew); nothing was run"

@@ -40,6 +40,25 @@ FIGURE_TITLES = {  # the figures' titles, also their captions in REPORT.md and -
 }
 
 
+def paper_figures(cfg: dict[str, Any]) -> list[str]:
+    """The paper's figures this config can draw (no placeholder for a switched-off dataset):
+    Figure 1 needs a private/shared experiment or the Figure 3 one, Figure 2 a Table 4
+    (CIFAR-10 sweep) experiment, Figure 3 an experiment with `figure: fig3`."""
+    from psrnn import config as C
+
+    names = C.enabled_experiments(cfg)
+    exps = [cfg["experiments"][e] for e in names]
+    fig3 = any(e.get("figure") == "fig3" for e in exps)
+    table4 = any(str(e.get("ref", "")).startswith("table4/") for e in exps)
+    aux = any(C.resolve_run(cfg, e, C.search_seed(cfg)).has_aux for e in names)
+    wanted = {
+        "fig1_gradient_norms": aux or fig3,
+        "fig2_shared_proportion": table4,
+        "fig3_hidden_states": fig3,
+    }
+    return [stem for stem, ok in wanted.items() if ok]
+
+
 def output_paths(cfg: dict[str, Any]) -> list[Path]:
     """Every file `compile` writes for a validated suite config of any study (for workflow
     rules): its study's results module lists them (psrnn.studies)."""

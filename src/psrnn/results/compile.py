@@ -17,7 +17,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn import studies
 from psrnn.errors import UserError
-from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES, curves
+from psrnn.results import FIGURE_FORMATS, TABLE_FORMATS, TABLES, curves, paper_figures
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -67,23 +67,6 @@ def output_paths(cfg: dict[str, Any]) -> list[Path]:
         + curves.output_paths(root, C.enabled_experiments(cfg))
         + [root / "REPORT.md", root / "metrics.json"]
     )
-
-
-def paper_figures(cfg: dict[str, Any]) -> list[str]:
-    """The paper's figures this config can draw (no placeholder for a switched-off dataset):
-    Figure 1 needs a private/shared experiment or the Figure 3 one, Figure 2 a Table 4
-    (CIFAR-10 sweep) experiment, Figure 3 an experiment with `figure: fig3`."""
-    names = C.enabled_experiments(cfg)
-    exps = [cfg["experiments"][e] for e in names]
-    fig3 = any(e.get("figure") == "fig3" for e in exps)
-    table4 = any(str(e.get("ref", "")).startswith("table4/") for e in exps)
-    aux = any(C.resolve_run(cfg, e, C.search_seed(cfg)).has_aux for e in names)
-    wanted = {
-        "fig1_gradient_norms": aux or fig3,
-        "fig2_shared_proportion": table4,
-        "fig3_hidden_states": fig3,
-    }
-    return [stem for stem, ok in wanted.items() if ok]
 
 
 def compile(cfg: dict[str, Any], results_dir: Path, reference_path: str | Path) -> list[Path]:

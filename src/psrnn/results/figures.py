@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from psrnn.files import atomic_path  # noqa: E402
 from psrnn.results import FIGURE_FORMATS as FORMATS  # noqa: E402
 from psrnn.results import FIGURE_TITLES as TITLES  # noqa: E402
-from psrnn.results import fmt  # noqa: E402
+from psrnn.results import fmt, paper_figures  # noqa: E402
 from psrnn.results.collect import Suite, load_history, load_npz, shared_percent  # noqa: E402
 from psrnn.results.tables import best_experiment, metric, table2_experiments  # noqa: E402
 
@@ -377,10 +377,8 @@ def fig1_gradient_norms(s: Suite) -> Figure:
 
 
 def figure_builders(s: Suite) -> list[tuple[str, Callable[[], Figure]]]:
-    """(stem, builder) of every figure the config can draw (compile.paper_figures), in a
+    """(stem, builder) of every figure the config can draw (psrnn.results.paper_figures), in a
     fixed order (builders run under STYLE)."""
-    from psrnn.results.compile import paper_figures
-
     paper = {
         "fig1_gradient_norms": lambda: fig1_gradient_norms(s),
         "fig2_shared_proportion": lambda: fig2_shared_proportion(s),
