@@ -12,6 +12,8 @@ under a table explain its marks (`ci_notes`).
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass, field
 
 from psrnn import config as C
 from psrnn.results import fmt
@@ -92,51 +94,45 @@ def experiments_or_none(s: Suite, ref_id: str) -> list[str | None]:
 def table2_lines(s: Suite) -> list[str]:
     """One line per Table 2 row this config runs; the rows it has no experiment for are
     counted below the table, not listed."""
-    lines, shown = list(NUMBER_HEADER), []
-    for ref, exp in table2_rows(s):
+    lines, shown, rows = list(NUMBER_HEADER), [], rows_run(s, "table2")
+    for ref, exp in rows:
         acc = accuracy(s, exp)
         shown.append(acc)
         lines.append(number_row(f"{ref['id']} accuracy % ({exp})", ref["acc"], acc, s.paper_scale, 2, 1))
-    skipped = len(s.reference["table2"]) - len({ref["id"] for ref, _ in table2_rows(s)})
+    skipped = len(s.reference["table2"]) - len({ref["id"] for ref, _ in rows})
     note = ["", f"{skipped} of Table 2's {len(s.reference['table2'])} rows are not run by this config."]
     return lines + ci_notes(shown) + (note if skipped else [])
 
 
-def table2_rows(s: Suite) -> list[tuple[dict, str]]:
-    """(reference row, experiment) for every Table 2 row this config runs."""
-    return [(ref, exp) for ref in s.reference["table2"] for exp in s.experiments_for(ref["id"])]
+def rows_run(s: Suite, table: str) -> list[tuple[dict, str]]:
+    """(reference row, experiment) for every row of `table` ("table2", "table4") this
+    config runs."""
+    return [(ref, exp) for ref in s.reference[table] for exp in s.experiments_for(ref["id"])]
 
 
 def findings_lines(s: Suite) -> list[str]:
-    """REPORT's opening: the verdict counts of Table 2 (and Table 4 where the config runs
-    it) and of the paper's orderings, in the form workflow.verdicts reads for the HTML
-    report's caption."""
+    """REPORT's opening: the verdict counts of the Table 2 and Table 4 rows the config runs
+    and of the paper's orderings (none for a small config, which gives no verdict)."""
     if not s.paper_scale:
         return []
     out = []
-    for name, rows in (("Table 2", table2_rows(s)), ("Table 4", table4_rows(s))):
-        if not rows:
-            continue
-        verdicts = [verdict(ref["acc"], accuracy(s, exp), True) for ref, exp in rows]
-        total = len(s.reference[name.lower().replace(" ", "")])
-        out.append(f"- **{name} accuracies** ({len(rows)} of {total} rows run): {tally(verdicts)}.")
-    claims = ordering_readings(s)
+    for name, table in (("Table 2", "table2"), ("Table 4", "table4")):
+        rows = rows_run(s, table)
+        if rows:
+            verdicts = [verdict(ref["acc"], accuracy(s, exp), True) for ref, exp in rows]
+            run = f"{len(rows)} of {len(s.reference[table])} rows run"
+            out.append(f"- **{name} accuracies** ({run}): {tally(verdicts)}.")
+    claims = [claim_reading(o.gap, o.diff, s.paper_scale) for o in orderings(s) if o.diff is not None]
     if claims:
         out.append(f"- **The paper's orderings** ({len(claims)} comparisons): {tally(claims)}.")
     return out
 
 
 def tally(readings: list[str]) -> str:
-    """'3 reproduced, 1 inconclusive': each reading's words before any parenthesis, counted."""
-    counts: dict[str, int] = {}
-    for r in readings:
-        key = r.split(" (")[0]
-        counts[key] = counts.get(key, 0) + 1
+    """'3 reproduced, 1 inconclusive': each reading's words before any parenthesis, counted
+    (most first, then by name)."""
+    counts = Counter(r.split(" (")[0] for r in readings)
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def table4_rows(s: Suite) -> list[tuple[dict, str]]:
-    return [(ref, exp) for ref in s.reference["table4"] for exp in s.experiments_for(ref["id"])]
 
 
 def table4_lines(s: Suite) -> list[str]:
@@ -237,43 +233,55 @@ def paired_lines(s: Suite) -> list[str]:
         "|---|---|---|---|---:|---:|---:|---|",
     ]
     shown = []
-    for ds in C.enabled_datasets(s.cfg):
-        ps = best_experiment(s, table2_experiments(s, ds, "ps"))
-        for other_kind in ("full", "gru"):
-            other = best_experiment(s, table2_experiments(s, ds, other_kind))
-            label = f"private/shared − {MODEL_LABEL[other_kind]}"
-            if ps is None or other is None:
-                missing = "private/shared" if ps is None else MODEL_LABEL[other_kind]
-                lines.append(
-                    f"| {DATASET_LABEL[ds]} | {label} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | {fmt.DASH} | "
-                    f"{fmt.DASH} | missing (no finished {missing} run) |"
-                )
-                continue
-            diff, seeds, gap = ordering(s, ps, other)
-            shown.append(diff)
-            cells = [DATASET_LABEL[ds], label, f"{ps} vs {other}", seeds or fmt.DASH, fmt.signed(gap, 1)]
-            cells += [fmt.signed(diff.mean), fmt.ci(diff), claim_reading(gap, diff, s.paper_scale)]
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for o in orderings(s):
+        if o.diff is None:
+            missing = "private/shared" if o.ps is None else MODEL_LABEL[o.other_kind]
+            dashes = " | ".join([fmt.DASH] * 5)
+            lines.append(
+                f"| {DATASET_LABEL[o.dataset]} | {o.label} | {dashes} | missing (no finished {missing} run) |"
+            )
+            continue
+        shown.append(o.diff)
+        cells = [DATASET_LABEL[o.dataset], o.label, f"{o.ps} vs {o.other}", o.seeds or fmt.DASH]
+        cells += [fmt.signed(o.gap, 1), fmt.signed(o.diff.mean), fmt.ci(o.diff)]
+        lines.append(
+            "| " + " | ".join(str(c) for c in [*cells, claim_reading(o.gap, o.diff, s.paper_scale)]) + " |"
+        )
     return lines + ci_notes(shown)
 
 
-def ordering(s: Suite, ps: str, other: str) -> tuple[Summary, list[int], float]:
-    """(paired difference ps − other over common seeds, in pp; those seeds; the paper's gap)."""
-    diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
-    a, b = paper_acc(s, ps), paper_acc(s, other)
-    return bounded(diff, *PP, wide=WIDE_PP), seeds, (a - b if a is not None and b is not None else math.nan)
+@dataclass(frozen=True)
+class Ordering:
+    """One of the paper's orderings on a dataset: best private/shared against the best full
+    share or GRU; diff (ps − other over common seeds, pp) is None where either is missing."""
+
+    dataset: str
+    other_kind: str
+    ps: str | None
+    other: str | None
+    diff: Summary | None = None
+    seeds: list[int] = field(default_factory=list)
+    gap: float = math.nan  # the paper's ps − other, pp
+
+    @property
+    def label(self) -> str:
+        return f"private/shared − {MODEL_LABEL[self.other_kind]}"
 
 
-def ordering_readings(s: Suite) -> list[str]:
-    """claim_reading of every ordering paired_lines shows that has both experiments."""
+def orderings(s: Suite) -> list[Ordering]:
+    """The orderings paired_lines shows and findings_lines counts, per enabled dataset."""
     out = []
     for ds in C.enabled_datasets(s.cfg):
         ps = best_experiment(s, table2_experiments(s, ds, "ps"))
-        for other_kind in ("full", "gru"):
-            other = best_experiment(s, table2_experiments(s, ds, other_kind))
-            if ps is not None and other is not None:
-                diff, _, gap = ordering(s, ps, other)
-                out.append(claim_reading(gap, diff, s.paper_scale))
+        for kind in ("full", "gru"):
+            other = best_experiment(s, table2_experiments(s, ds, kind))
+            if ps is None or other is None:
+                out.append(Ordering(ds, kind, ps, other))
+                continue
+            diff, seeds = paired(by_seed(s, ps), by_seed(s, other), 100.0)
+            a, b = paper_acc(s, ps), paper_acc(s, other)
+            gap = a - b if a is not None and b is not None else math.nan
+            out.append(Ordering(ds, kind, ps, other, bounded(diff, *PP, wide=WIDE_PP), seeds, gap))
     return out
 
 
