@@ -20,7 +20,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn.relreg import verdicts as V
 from psrnn.results import fmt
-from psrnn.results.collect import Suite, load_notes, load_runs, load_settings, read_selection, suite_run
+from psrnn.results.collect import Suite, load_notes, load_runs, load_selections, load_settings, suite_run
 from psrnn.results.stats import Summary
 
 REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
@@ -33,7 +33,6 @@ class RelRegSuite(Suite):
 
     points: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)  # exp -> grid order
     selected: dict[str, str] = field(default_factory=dict)  # exp -> point of search/<exp>/selected.json
-    selections: dict[str, dict[str, Any]] = field(default_factory=dict)  # exp -> its selected.json
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -62,10 +61,9 @@ def _under(results_dir: Path, path: Path, cfg: dict[str, Any]) -> Path:
 
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) -> RelRegSuite:
     check_refs(cfg, reference)
-    runs = load_runs(cfg, results_dir)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
+    selections = load_selections(cfg, results_dir)
+    runs = load_runs(cfg, results_dir, selections)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
     points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    selected: dict[str, str] = {}
-    selections: dict[str, dict[str, Any]] = {}
     for exp in C.enabled_experiments(cfg):
         found = []
         for pid, _ in C.grid_points(cfg["experiments"][exp]):
@@ -73,10 +71,6 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
             if p.is_file():
                 found.append((pid, suite_run(cfg, p, exp, C.search_seed(cfg), point=pid)))
         points[exp] = found
-        sel = read_selection(cfg, results_dir, exp)  # the one load_runs checked the runs against
-        if sel is not None:
-            selections[exp] = sel
-            selected[exp] = str(sel.get("point"))
     return RelRegSuite(
         cfg=cfg,
         reference=reference,
@@ -85,7 +79,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         manifests={},
         search=[m for exp in points for _, m in points[exp]],
         points=points,
-        selected=selected,
+        selected={exp: str(sel.get("point")) for exp, sel in selections.items()},
         selections=selections,
         notes=load_notes(results_dir),
     )

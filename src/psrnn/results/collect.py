@@ -51,6 +51,8 @@ class Suite:
     settings: dict[str, dict[str, Any]]  # enabled experiment -> resolved RunConfig dict
     manifests: dict[str, dict[str, Any]]  # dataset -> manifest.json (prepared datasets only)
     search: list[dict[str, Any]] = field(default_factory=list)  # search runs' metrics.json
+    # experiment with a grid -> its selected.json (the one its final runs were checked against)
+    selections: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # other *.md beside REPORT.md: how the runs were made
 
     @property
@@ -189,14 +191,19 @@ def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
     ]
 
 
-def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
+def load_runs(
+    cfg: dict[str, Any], results_dir: Path, selections: dict[str, dict[str, Any]] | None = None
+) -> dict[str, list[Run]]:
     """Finished runs of every enabled experiment for the config's seeds (sorted), each
-    checked to be the suite's (suite_run)."""
+    checked to be the suite's (suite_run) against its selection (`selections`, as
+    load_selections reads them; read here if not given)."""
     from psrnn.selection import overrides_for
 
+    if selections is None:
+        selections = load_selections(cfg, results_dir)
     out: dict[str, list[Run]] = {}
     for exp in C.enabled_experiments(cfg):
-        sel = read_selection(cfg, results_dir, exp)
+        sel = selections.get(exp)
         runs = []
         for seed in sorted(cfg["seeds"]):
             d = results_dir / "runs" / exp / f"seed{seed}"
@@ -205,6 +212,13 @@ def load_runs(cfg: dict[str, Any], results_dir: Path) -> dict[str, list[Run]]:
                 runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
         out[exp] = runs
     return out
+
+
+def load_selections(cfg: dict[str, Any], results_dir: Path) -> dict[str, dict[str, Any]]:
+    """Enabled experiment -> its selected.json under `results_dir` (read_selection), for the
+    experiments that have one."""
+    found = {exp: read_selection(cfg, results_dir, exp) for exp in C.enabled_experiments(cfg)}
+    return {exp: sel for exp, sel in found.items() if sel is not None}
 
 
 def read_selection(cfg: dict[str, Any], results_dir: Path, experiment: str) -> dict[str, Any] | None:
@@ -262,11 +276,13 @@ def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, A
 
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, data_dir: Path) -> Suite:
     check_refs(cfg, reference)
-    runs = load_runs(cfg, results_dir)
+    selections = load_selections(cfg, results_dir)
+    runs = load_runs(cfg, results_dir, selections)
     return Suite(
         cfg=cfg,
         reference=reference,
         runs=runs,
+        selections=selections,
         settings=load_settings(cfg, runs),
         manifests=load_manifests(cfg, data_dir),
         search=load_search(cfg, results_dir),

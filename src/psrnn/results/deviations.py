@@ -11,7 +11,6 @@ import math
 
 from psrnn import config as C
 from psrnn.datasets import REGISTRY
-from psrnn.files import read_json
 from psrnn.results import fmt
 from psrnn.results.collect import Suite, all_runs
 from psrnn.results.tables import DATASET_LABEL, settings_diffs
@@ -277,10 +276,9 @@ def stopping_deviations(s: Suite, exp: str, st: dict) -> list[tuple[str, str, st
 def grid_edge_deviations(s: Suite, exp: str) -> list[tuple[str, str, str, str]]:
     """A selected grid value at an end of its axis: the best may lie beyond the grid."""
     grid = s.cfg["experiments"][exp].get("grid")
-    path = C.selection_path(s.cfg, exp)
-    if not isinstance(grid, dict) or not path.is_file():
+    if not isinstance(grid, dict) or exp not in s.selections:
         return []
-    chosen = read_json(path).get("overrides", {})
+    chosen = s.selections[exp]["overrides"]
     out = []
     for key, values in grid.items():
         nums = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool))
