@@ -73,11 +73,19 @@ def workdir(tmp_path_factory):
     return d
 
 
+# The slice through the SLURM profile; its jobs' `python` is the one running the tests
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile", "slice.yaml"]
+SNAKEMAKE += ["--workflow-profile", str(ROOT / "profiles" / "slurm"), "--latency-wait", "5"]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile", "slice.yaml"]
-    cmd += ["--workflow-profile", str(ROOT / "profiles" / "slurm"), "--latency-wait", "5", *args]
-    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*SNAKEMAKE, *args], cwd=workdir, env=env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def check(workdir: Path) -> subprocess.CompletedProcess:
@@ -109,11 +117,8 @@ def running_train_job(seed: int) -> str | None:
 def run_with_fault(workdir: Path, seed: int, fault) -> tuple[subprocess.CompletedProcess, str]:
     """The slice's workflow, and once seed `seed`'s train job has saved a checkpoint,
     `fault(job id)` against it; returns (the workflow's result, the job's id)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--configfile", "slice.yaml"]
-    cmd += ["--workflow-profile", str(ROOT / "profiles" / "slurm"), "--latency-wait", "5"]
     proc = subprocess.Popen(
-        cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        SNAKEMAKE, cwd=workdir, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     ckpt = workdir / "results" / "small" / "runs" / ROWS[0] / f"seed{seed}" / "ckpt_last.pt"
     hit, deadline = None, time.monotonic() + 900
@@ -127,7 +132,7 @@ def run_with_fault(workdir: Path, seed: int, fault) -> tuple[subprocess.Complete
         proc.kill()
     out = proc.communicate()[0]
     assert hit, "the train job never ran with a checkpoint to fault:\n" + out[-3000:]
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, ""), hit
+    return subprocess.CompletedProcess(SNAKEMAKE, proc.returncode, out, ""), hit
 
 
 def test_the_slice_runs_through_slurm_and_survives_a_scancel(cluster, workdir):
