@@ -763,6 +763,38 @@ def test_small_config_is_never_a_reproduction(tmp_path):
     assert report.summary_metrics(s)["status"] == SMALL_LABEL
 
 
+def test_a_reduced_scale_check_names_itself_and_reads_the_orderings(tmp_path):
+    """A config with its own scale_label (config/mnist-real.yaml) carries that label where a
+    small config says "small config", compares no value with the paper's, and reads the
+    paper's orderings on its seeds, saying at which scale."""
+    path = make_suite(tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["scale_label"] = "reduced-scale check on real digits"
+    cfg["description"] = "4,000 real digits, 10 epochs."
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    s = load(tmp_path, path)
+    label = "reduced-scale check on real digits — not a reproduction of the paper"
+    assert s.scale_label == label and s.reduced_scale
+    text = report.report_markdown(s, [])
+    lines = text.splitlines()
+    assert lines[2].startswith("> **Reduced-scale check on real digits — not a reproduction of the paper.**")
+    assert SMALL_LABEL not in text and "small config" not in text
+    # ps − gru over seeds 0-2: 5, 4, 4 pp, CI 4.33 ± 4.303 x 0.577 / √3 = (2.90, 5.77): holds;
+    # ps − full over seeds 0-1: 2, 1 pp, CI 1.5 ± 12.706 x 0.707 / √2: contains 0
+    findings = lines[lines.index("## Findings") : lines.index("## Findings") + 4]
+    assert any("not compared with the paper's (reduced-scale check on real digits" in x for x in findings)
+    assert (
+        "- **The paper's orderings at this reduced scale (reduced-scale check on real digits)** "
+        "(2 comparisons): 1 the paper's order holds, 1 unresolved."
+    ) in findings
+    assert "**Table 2 accuracies** (" not in text  # no value verdicts
+    scale_row = next(x for x in lines if x.startswith("| scale |"))
+    assert label in scale_row and "4,000 real digits, 10 epochs." in scale_row
+    for t in tables.all_tables(s):
+        assert label in tables.to_markdown(t, s) and label in tables.to_csv(t, s).splitlines()[1]
+    assert report.summary_metrics(s)["status"] == label
+
+
 def test_summary_metrics_for_dvc(tmp_path):
     s = load(tmp_path, make_suite(tmp_path))
     m = report.summary_metrics(s)

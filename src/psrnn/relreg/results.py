@@ -263,7 +263,7 @@ def summary_metrics(s: Suite) -> dict[str, Any]:
         "config": s.name,
         "study": "relreg",
         "paper_scale": s.paper_scale,
-        "status": "paper-scale" if s.paper_scale else fmt.SMALL_LABEL,
+        "status": s.scale_label or "paper-scale",
         "runs_finished": sum(len(rs) for rs in s.runs.values()),
         "runs_expected": len(s.experiments) * len(s.cfg["seeds"]),
         "search_runs": len(s.search),

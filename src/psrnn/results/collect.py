@@ -21,6 +21,7 @@ import pandas as pd
 from psrnn import config as C
 from psrnn.errors import UserError
 from psrnn.files import read_json
+from psrnn.results import fmt
 
 REFERENCE_PATH = C.ROOT / "config" / "reference.yaml"
 KINDS = ("gru", "full", "ps")  # plain GRU, full share (Trinh et al. RNN-AE), private/shared
@@ -62,6 +63,25 @@ class Suite:
     @property
     def paper_scale(self) -> bool:
         return bool(self.cfg.get("paper_scale", False))
+
+    @property
+    def reduced_scale(self) -> bool:
+        """A check at reduced scale that names itself (`scale_label`, e.g. config/mnist-real.yaml):
+        its seeds read the paper's orderings, labelled as at this scale; its values are not
+        compared with the paper's. The small configs (no scale_label) read nothing."""
+        return not self.paper_scale and "scale_label" in self.cfg
+
+    @property
+    def scale_name(self) -> str:
+        """What a config that is not paper-scale is ("reduced-scale check on real digits",
+        "small config")."""
+        return str(self.cfg.get("scale_label", fmt.SMALL))
+
+    @property
+    def scale_label(self) -> str | None:
+        """The label every table, figure and report of a config that is not paper-scale
+        carries ("small config — not a reproduction of the paper"); None at paper scale."""
+        return fmt.not_paper_label(self.cfg)
 
     @property
     def experiments(self) -> list[str]:

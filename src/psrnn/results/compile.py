@@ -72,12 +72,14 @@ def output_paths(cfg: dict[str, Any]) -> list[Path]:
 def compile(cfg: dict[str, Any], results_dir: Path, reference_path: str | Path) -> list[Path]:
     """The first study's tables, figures, metrics.json and REPORT.md from its finished runs."""
     from psrnn.results.collect import gather, load_reference
-    from psrnn.results.fmt import SMALL_LABEL
     from psrnn.results.report import all_runs
 
     s = gather(cfg, load_reference(reference_path), results_dir, C.data_root(cfg))
     finished, expected = len(all_runs(s)), len(s.experiments) * len(cfg["seeds"])
-    print(f"compile: from {finished} of {expected} runs" + ("" if s.paper_scale else f" ({SMALL_LABEL})"))
+    print(
+        f"compile: from {finished} of {expected} runs"
+        + ("" if s.scale_label is None else f" ({s.scale_label})")
+    )
     return compile_all(s, results_dir)
 
 

@@ -70,7 +70,7 @@ def save(fig: Figure, stem: Path) -> list[Path]:
 
 def _figure(s: Suite, title: str, w: float, h: float) -> Figure:
     fig = Figure(figsize=(w, h), layout="constrained")
-    fig.suptitle(f"{title}\n{fmt.scale_label(s.name, s.paper_scale)}", fontsize=9)
+    fig.suptitle(f"{title}\n{fmt.scale_label(s.name, s.scale_label)}", fontsize=9)
     return fig
 
 

@@ -11,15 +11,28 @@ from __future__ import annotations
 import math
 import re
 
+from psrnn.results import stats
 from psrnn.results.stats import Summary
 
 DASH = "—"  # a missing value: no experiment, no finished run, or no paper value
-SMALL_LABEL = "small config — not a reproduction of the paper"
+SMALL = stats.SMALL  # what a config with paper_scale false is, unless its scale_label says
+NOT_PAPER = " — not a reproduction of the paper"
+SMALL_LABEL = SMALL + NOT_PAPER
 
 
-def scale_label(name: str, paper_scale: bool) -> str:
-    """The line every figure carries about the config."""
-    return f"config {name}" + ("" if paper_scale else f": {SMALL_LABEL}")
+def not_paper_label(cfg: dict) -> str | None:
+    """What every output of a config that is not paper-scale says it is: its `scale_label`
+    ("reduced-scale check on real digits", default "small config") + NOT_PAPER; None for a
+    paper-scale config."""
+    if cfg.get("paper_scale", False):
+        return None
+    return str(cfg.get("scale_label", SMALL)) + NOT_PAPER
+
+
+def scale_label(name: str, label: str | None) -> str:
+    """The line every figure carries about the config; label: Suite.scale_label (None for a
+    paper-scale config)."""
+    return f"config {name}" + ("" if label is None else f": {label}")
 
 
 def is_missing(x: float | None) -> bool:

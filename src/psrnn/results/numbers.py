@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from psrnn import config as C
-from psrnn.results import fmt
+from psrnn.results import fmt, stats
 from psrnn.results.collect import Suite, manifest_stats
 from psrnn.results.stats import (
     MISSING,
@@ -43,8 +43,10 @@ from psrnn.results.tables import (
 
 
 def number_row(
-    what: str, paper: float | None, ours: Summary, paper_scale: bool, digits: int, paper_digits: int
+    what: str, paper: float | None, ours: Summary, scale: str | None, digits: int, paper_digits: int
 ) -> str:
+    """One paper number against ours; scale: None at paper scale, else what the config is
+    (Suite.scale_name), which the verdict cell names instead of comparing."""
     diff = ours.mean - paper if paper is not None and ours.n else math.nan
     cells = [
         what,
@@ -53,7 +55,7 @@ def number_row(
         fmt.ci(ours, digits),
         str(ours.n),
         fmt.signed(diff, digits),
-        verdict(paper, ours, paper_scale),
+        verdict(paper, ours, scale is None, scale=scale or stats.SMALL),
     ]
     return "| " + " | ".join(fmt.md(c) for c in cells) + " |"
 
@@ -98,7 +100,16 @@ def table2_lines(s: Suite) -> list[str]:
     for ref, exp in rows:
         acc = accuracy(s, exp)
         shown.append(acc)
-        lines.append(number_row(f"{ref['id']} accuracy % ({exp})", ref["acc"], acc, s.paper_scale, 2, 1))
+        lines.append(
+            number_row(
+                f"{ref['id']} accuracy % ({exp})",
+                ref["acc"],
+                acc,
+                None if s.paper_scale else s.scale_name,
+                2,
+                1,
+            )
+        )
     skipped = len(s.reference["table2"]) - len({ref["id"] for ref, _ in rows})
     note = ["", f"{skipped} of Table 2's {len(s.reference['table2'])} rows are not run by this config."]
     return lines + ci_notes(shown) + (note if skipped else [])
@@ -112,19 +123,30 @@ def rows_run(s: Suite, table: str) -> list[tuple[dict, str]]:
 
 def findings_lines(s: Suite) -> list[str]:
     """REPORT's opening: the verdict counts of the Table 2 and Table 4 rows the config runs
-    and of the paper's orderings (none for a small config, which gives no verdict)."""
-    if not s.paper_scale:
+    and of the paper's orderings (none for a small config, which gives no verdict). A
+    reduced-scale check reads the orderings only, each said to be at its scale."""
+    if not (s.paper_scale or s.reduced_scale):
         return []
     out = []
+    if s.reduced_scale:
+        out.append(
+            f"- **Table 2 accuracies**: not compared with the paper's ({s.scale_name}: the data "
+            "and epochs are cut, so the values are not the paper's to reproduce)."
+        )
     for name, table in (("Table 2", "table2"), ("Table 4", "table4")):
         rows = rows_run(s, table)
-        if rows:
+        if rows and s.paper_scale:
             verdicts = [verdict(ref["acc"], accuracy(s, exp), True) for ref, exp in rows]
             run = f"{len(rows)} of {len(s.reference[table])} rows run"
             out.append(f"- **{name} accuracies** ({run}): {tally(verdicts)}.")
-    claims = [claim_reading(o.gap, o.diff, s.paper_scale) for o in orderings(s) if o.diff is not None]
+    claims = [
+        claim_reading(o.gap, o.diff, s.paper_scale, s.reduced_scale)
+        for o in orderings(s)
+        if o.diff is not None
+    ]
     if claims:
-        out.append(f"- **The paper's orderings** ({len(claims)} comparisons): {tally(claims)}.")
+        at = f" at this reduced scale ({s.scale_name})" if s.reduced_scale else ""
+        out.append(f"- **The paper's orderings{at}** ({len(claims)} comparisons): {tally(claims)}.")
     return out
 
 
@@ -158,7 +180,7 @@ def table4_lines(s: Suite) -> list[str]:
                         f"{ref['id']} {label} ({exp or 'no experiment'})",
                         ref[key],
                         ours,
-                        s.paper_scale,
+                        None if s.paper_scale else s.scale_name,
                         digits,
                         pd,
                     )
@@ -245,7 +267,11 @@ def paired_lines(s: Suite) -> list[str]:
         cells = [DATASET_LABEL[o.dataset], o.label, f"{o.ps} vs {o.other}", o.seeds or fmt.DASH]
         cells += [fmt.signed(o.gap, 1), fmt.signed(o.diff.mean), fmt.ci(o.diff)]
         lines.append(
-            "| " + " | ".join(str(c) for c in [*cells, claim_reading(o.gap, o.diff, s.paper_scale)]) + " |"
+            "| "
+            + " | ".join(
+                str(c) for c in [*cells, claim_reading(o.gap, o.diff, s.paper_scale, s.reduced_scale)]
+            )
+            + " |"
         )
     return lines + ci_notes(shown)
 
@@ -285,11 +311,13 @@ def orderings(s: Suite) -> list[Ordering]:
     return out
 
 
-def claim_reading(gap: float, diff: Summary, paper_scale: bool) -> str:
-    """Our seeds' reading of the paper's ordering (private/shared ahead by `gap` pp)."""
+def claim_reading(gap: float, diff: Summary, paper_scale: bool, reduced: bool = False) -> str:
+    """Our seeds' reading of the paper's ordering (private/shared ahead by `gap` pp).
+    reduced: a reduced-scale check (Suite.reduced_scale) reads it as at paper scale; the
+    findings and tables say at which scale."""
     if diff.n == 0:
         return "missing"
-    if not paper_scale:
+    if not (paper_scale or reduced):
         return f"private/shared {difference_verdict(diff)}; not assessed (small config)"
     if diff.n < 2:
         return "1 seed: no verdict"

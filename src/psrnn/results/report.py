@@ -245,7 +245,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
         head += [
-            f"> **{fmt.SMALL_LABEL.capitalize()}.** Every number below comes from a shrunken "
+            f"> **{str(s.scale_label).capitalize()}.** Every number below comes from a shrunken "
             "setup (see Deviations); none of them is a reproduction of the paper's results, and "
             "no verdict is given.",
             "",
@@ -328,7 +328,7 @@ def summary_metrics(s: Suite) -> dict[str, Any]:
     return {
         "config": s.name,
         "paper_scale": s.paper_scale,
-        "status": "paper-scale" if s.paper_scale else fmt.SMALL_LABEL,
+        "status": s.scale_label or "paper-scale",
         "runs_finished": len(runs),
         "runs_expected": len(s.experiments) * len(s.cfg["seeds"]),
         "compute_hours": {k: round(v, 4) for k, v in hours([r.metrics for r in runs]).items()},

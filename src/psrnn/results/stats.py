@@ -93,15 +93,19 @@ def paired(a: dict[int, float], b: dict[int, float], scale: float = 1.0) -> tupl
     return summarize([a[s] - b[s] for s in seeds], scale), seeds
 
 
-def not_compared(paper: float | None, ours: Summary, paper_scale: bool) -> str | None:
+SMALL = "small config"  # what a config that is not paper-scale is, unless it names itself
+
+
+def not_compared(paper: float | None, ours: Summary, paper_scale: bool, scale: str = SMALL) -> str | None:
     """Why a cell compares nothing ('no paper value', 'missing', 'not assessed (small
-    config)'), None when it can be compared; both studies' verdict rules start here."""
+    config)'), None when it can be compared; both studies' verdict rules start here. scale:
+    what the config is when it is not paper-scale (its scale_label)."""
     if paper is None or (isinstance(paper, float) and math.isnan(paper)):
         return "no paper value"
     if ours.n == 0:
         return "missing"
     if not paper_scale:
-        return "not assessed (small config)"
+        return f"not assessed ({scale})"
     return None
 
 
@@ -111,7 +115,9 @@ MARGIN_PP = 0.5
 MAX_SEEDS = 1000  # seeds_to_resolve looks no further
 
 
-def verdict(paper: float | None, ours: Summary, paper_scale: bool, margin: float = MARGIN_PP) -> str:
+def verdict(
+    paper: float | None, ours: Summary, paper_scale: bool, margin: float = MARGIN_PP, scale: str = SMALL
+) -> str:
     """An equivalence test of our mean against the paper's value.
 
     reproduced: our whole 95 % interval lies within ± margin of the paper's value; not
@@ -121,7 +127,7 @@ def verdict(paper: float | None, ours: Summary, paper_scale: bool, margin: float
     interval: no verdict. A small config never claims a reproduction: its numbers come from
     shrunken data and models, so the comparison is not assessed at all.
     """
-    if (why := not_compared(paper, ours, paper_scale)) is not None:
+    if (why := not_compared(paper, ours, paper_scale, scale)) is not None:
         return why
     assert paper is not None  # not_compared said so
     if ours.n < 2:
