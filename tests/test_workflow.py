@@ -587,3 +587,31 @@ def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monk
     assert W.is_current(path, W.selection_stamp(cfg, "mnist_ps30_predrec_a4"))
     monkeypatch.setattr(codehash, "training_digest", lambda study: "0" * 64)  # other training code
     assert not W.is_current(path, W.selection_stamp(cfg, "mnist_ps30_predrec_a4"))
+
+
+def test_the_batch_profile_sends_short_runs_to_the_cluster_eight_at_a_time(tmp_path):
+    """profiles/batch beside profiles/slurm: the small config's 2 search runs go as one
+    SLURM job and its 30 final runs as 4 (8 + 8 + 8 + 6), each batch capped at the
+    profile's 2 CPUs; searches and final runs never share a batch (a final run waits for
+    the selection, which waits for every search point)."""
+    profiles = (
+        "--workflow-profile",
+        str(ROOT / "profiles" / "slurm"),
+        "--profile",
+        str(ROOT / "profiles" / "batch"),
+    )
+    res = snakemake("-n", "--configfile", str(SMALL), *profiles, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    batches = re.split(r"\] Group job ", res.stdout)[1:]
+    kinds = [b.split(" ", 1)[0] for b in batches]
+    assert sorted(kinds) == ["searches", "trains", "trains", "trains", "trains"], kinds
+    # a batch's runs are printed indented under it ("    rule train:"), other jobs are not
+    sizes = {
+        k: sorted(len(re.findall(r"^[ \t]+rule (search|train):", b, re.M)) for b in batches if b.startswith(k))
+        for k in set(kinds)
+    }
+    cfg = C.load_suite(SMALL)
+    assert sum(sizes["trains"]) == len(W.final_metrics(cfg)) == 30 and max(sizes["trains"]) == 8
+    assert sizes["searches"] == [2]
+    profile = yaml.safe_load((ROOT / "profiles" / "batch" / "config.yaml").read_text())
+    assert profile["cores"] == 2 and profile["group-components"] == ["searches=8", "trains=8"]
