@@ -430,10 +430,29 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
     assert main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out)]) == 0
     params = yaml.safe_load(out.read_text())
     quick = C.load_suite(ROOT / "config" / "quick.yaml")
-    assert C.load_suite(out) == {**quick, "fixtures": "", "job_env": {}}
+    # DVC runs it under its own name: its runs and experiments never rewrite quick's
+    assert C.load_suite(out) == {**quick, "name": "quick-dvc", "fixtures": "", "job_env": {}}
     for keys in W.DVC_STAGE_PARAMS.values():
         assert set(keys) <= set(params)
     assert "extends" not in params
+    assert (
+        main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out), "--dvc-name", "quick"])
+        == 0
+    )
+    assert C.load_suite(out)["name"] == "quick"
+    assert main(["config", str(SMALL), "--dvc-params", str(out), "--dvc-name", "a/b"]) == 2
+
+
+def test_dvc_params_moves_the_paths_under_the_configs_data_folder_with_its_name():
+    """small.yaml's fixtures and mirrors live in data/small/: DVC's small-dvc writes its own."""
+    params = yaml.safe_load(W.dvc_params(SMALL))
+    assert params["name"] == "small-dvc" and params["fixtures"] == "data/small-dvc/fixtures"
+    assert params["datasets"]["mnist"]["source"] == {
+        "mirrors": ["data/small-dvc/fixtures/mnist"],
+        "md5": "data/small-dvc/fixtures/mnist/MD5SUMS",
+        "official": False,
+    }
+    assert "data/small/" not in W.dvc_params(SMALL).split("\nname:")[1]
 
 
 def test_committed_params_yaml_is_the_small_config_resolved():
@@ -607,7 +626,9 @@ def test_the_batch_profile_sends_short_runs_to_the_cluster_eight_at_a_time(tmp_p
     assert sorted(kinds) == ["searches", "trains", "trains", "trains", "trains"], kinds
     # a batch's runs are printed indented under it ("    rule train:"), other jobs are not
     sizes = {
-        k: sorted(len(re.findall(r"^[ \t]+rule (search|train):", b, re.M)) for b in batches if b.startswith(k))
+        k: sorted(
+            len(re.findall(r"^[ \t]+rule (search|train):", b, re.M)) for b in batches if b.startswith(k)
+        )
         for k in set(kinds)
     }
     cfg = C.load_suite(SMALL)

@@ -18,6 +18,7 @@ from psrnn import studies
 from psrnn import workflow as W
 
 ROOT = C.ROOT
+NAME = C.load_suite(ROOT / "params.yaml")["name"]  # small-dvc: DVC's own folders (workflow.dvc_params)
 STAGES = {  # suite config -> its stages, upstream first
     "params.yaml": ["data", "train", "compile"],
     "config/relreg.yaml": ["relreg-train", "relreg-compile"],
@@ -100,11 +101,11 @@ def test_dvc_resolves_the_stages():
         "code",
         *(s for ss in STAGES.values() for s in ss),
     ]
-    assert "results/small/runs" in res.stdout and "results/relreg/runs" in res.stdout
+    assert f"results/{NAME}/runs" in res.stdout and "results/relreg/runs" in res.stdout
 
 
 def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
-    st = stages("small")
+    st = stages(NAME)
     untils = {}
     for config, names in STAGES.items():
         cfg = C.load_suite(ROOT / config)
@@ -120,6 +121,8 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
                 assert path in deps, (name, path)
                 assert (ROOT / path).exists(), path
             assert f"results/code/{CODE[name]}.json" in deps and "src/psrnn" not in deps, name
+            # Snakemake, not DVC, decides what a stage re-runs (dvc.yaml's header)
+            assert st[name]["always_changed"] is True, name
             # DVC deletes a stage's outs before its command unless they persist: never
             for out in st[name]["outs"] + st[name].get("metrics", []):
                 assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
@@ -151,7 +154,7 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
 
 
 def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
-    st = stages("small")["code"]
+    st = stages(NAME)["code"]
     assert st["deps"] == ["src/psrnn"] and st["outs"] == [{"results/code": {"cache": False, "persist": True}}]
     out = tmp_path / "code"
     res = subprocess.run(
@@ -162,7 +165,7 @@ def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
 
 
 def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
-    st = stages("small")
+    st = stages(NAME)
     for config, names in STAGES.items():
         study = studies.study_of(C.load_suite(ROOT / config))
         deps = st[names[-1]]["deps"]
@@ -187,7 +190,7 @@ def test_every_stage_outs_are_its_snakemake_targets(tmp_path, config):
     other stages lie under its deps."""
     suite = ROOT / config
     cfg = C.load_suite(suite)
-    st = {name: stage for name, stage in stages("small").items() if name in STAGES[config]}
+    st = {name: stage for name, stage in stages(NAME).items() if name in STAGES[config]}
     seen: set[str] = set()
     producer: dict[str, str] = {}
     for name, stage in st.items():
@@ -226,13 +229,13 @@ def test_plots_are_figures_that_compile_writes():
     for p in plots:
         key, spec = next(iter(p.items())) if isinstance(p, dict) else (p, {})
         if isinstance(spec.get("y"), dict):  # x/y data from tables
-            files = [f.replace("${name}", "small") for f in spec["y"]]
+            files = [f.replace("${name}", NAME) for f in spec["y"]]
         elif key.endswith("/curves"):  # a folder of learning curves: every file in it is compiled
-            folder = key.replace("${name}", "small") + "/"
+            folder = key.replace("${name}", NAME) + "/"
             files = [f for f in written if f.startswith(folder)]
             assert files and all(f.endswith(".csv") for f in files), key
         else:
-            files = [(next(iter(p)) if isinstance(p, dict) else p).replace("${name}", "small")]
+            files = [(next(iter(p)) if isinstance(p, dict) else p).replace("${name}", NAME)]
         for path in files:
             assert path in written, path
 
@@ -246,8 +249,9 @@ DVC_EXPERIMENTS = ["mnist_gru"]
 
 @pytest.fixture(scope="module")
 def dvc_repo(tmp_path_factory):
-    """A git repository holding this checkout's workflow files (no data, no results),
-    params.yaml made from a cut-down small config, and a local DVC remote."""
+    """A git repository holding this checkout's workflow files and the committed results of
+    the small config (no data, no runs): a fresh clone, with params.yaml made from a
+    cut-down small config."""
     import shutil
 
     repo = tmp_path_factory.mktemp("dvc") / "repo"
@@ -269,8 +273,8 @@ def dvc_repo(tmp_path_factory):
                 "paper",
                 "profiles",
             }
-            and (ROOT / f).is_file()
-        ):
+            or f.startswith("results/small/")
+        ) and (ROOT / f).is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
     cfg = yaml.safe_load((ROOT / "config" / "small.yaml").read_text())
@@ -305,11 +309,37 @@ def outputs(repo: Path) -> dict[str, int]:
     """mtime of every file under data/ and the results' runs and search folders."""
     files = [
         p
-        for top in ("data/small", "results/small/runs", "results/small/search")
+        for top in (f"data/{NAME}", f"results/{NAME}/runs", f"results/{NAME}/search")
         for p in (repo / top).rglob("*")
         if p.is_file()
     ]
     return {str(p.relative_to(repo)): p.stat().st_mtime_ns for p in files}
+
+
+def committed(repo: Path) -> dict[str, bytes]:
+    """The small config's committed results (README's main job), byte for byte."""
+    return {
+        str(p.relative_to(repo)): p.read_bytes()
+        for p in (repo / "results" / "small").rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_dvc_repro_dry_and_status_work_in_a_fresh_clone(dvc_repo):
+    """Before anything ran: the dry run lists every stage's command (DVC would stop at the
+    first dependency an earlier stage makes, treeverse/dvc#9021, were the stages not
+    always_changed), status names what is missing, and neither writes a file."""
+    repo = dvc_repo[0]
+    assert not (repo / "data").exists() and not (repo / "results" / NAME).exists()
+    before = committed(repo)
+    dry = sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "--dry")
+    for name in ["code", *(s for ss in STAGES.values() for s in ss)]:
+        assert f"Running stage '{name}'" in dry.stdout, (name, dry.stdout[-3000:])
+    status = sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
+    assert "always changed" in status and "deleted:            results/code/data.json" in status, status
+    assert not (repo / "data").exists() and not (repo / "results" / NAME).exists()
+    assert not (repo / "results" / "code").exists() and committed(repo) == before
 
 
 @pytest.mark.slow
@@ -327,13 +357,14 @@ def test_dvc_repro_keeps_what_snakemake_built_and_survives_a_code_edit(dvc_repo)
     source.write_text(source.read_text() + "\n# a comment\n")
     status = sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
     assert "code:" in status and "modified:" in status
-    # the comment changes no digest: the code stage runs, no stage after it
+    # the comment changes no digest: the code stage runs, and Snakemake, asked by every stage
+    # after it, has nothing to do
     res = sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "compile")
-    assert "Running stage 'code'" in res.stdout and "Running stage 'data'" not in res.stdout
+    assert "Running stage 'code'" in res.stdout and "Running stage 'data'" in res.stdout
+    assert (res.stdout + res.stderr).count("Nothing to be done") == 3, res.stderr[-3000:]
     assert outputs(repo) == built
-    assert (
-        "up to date" in sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
-    )
+    status = sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
+    assert "code:" not in status and "always changed" in status
 
 
 @pytest.mark.slow
@@ -341,14 +372,15 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
     repo = dvc_repo[0]
     sh(dvc_repo, "git", "add", "-A")
     sh(dvc_repo, "git", "commit", "-qm", "results")
-    before = outputs(repo)
+    before, kept = outputs(repo), committed(repo)
     res = sh(dvc_repo, sys.executable, "-m", "dvc", "exp", "run", "compile", "-S", "defaults.lr=0.01")
-    assert "Running stage 'train'" in res.stdout and "Running stage 'data'" not in res.stdout
+    assert "Running stage 'train'" in res.stdout
     after = outputs(repo)
+    assert committed(repo) == kept and kept  # results/small (git's) untouched: DVC runs small-dvc
     assert {f: t for f, t in after.items() if f.startswith("data/")} == {
         f: t for f, t in before.items() if f.startswith("data/")
     }
-    run = json.loads((repo / "results/small/runs/mnist_gru/seed0/metrics.json").read_text())
+    run = json.loads((repo / f"results/{NAME}/runs/mnist_gru/seed0/metrics.json").read_text())
     assert run["config"]["lr"] == 0.01
     diff = sh(dvc_repo, sys.executable, "-m", "dvc", "params", "diff").stdout
     assert re.search(r"params\.yaml\s+defaults\.lr\s+0\.03\s+0\.01", diff), diff
@@ -373,12 +405,12 @@ def test_dvc_push_and_pull_round_trip_through_a_local_remote(dvc_repo, tmp_path)
         str(tmp_path / "store"),
     )
     sh(dvc_repo, sys.executable, "-m", "dvc", "push", "compile", "--with-deps")
-    metrics = repo / "results/small/runs/mnist_gru/seed0/metrics.json"
+    metrics = repo / f"results/{NAME}/runs/mnist_gru/seed0/metrics.json"
     want = metrics.read_bytes()
     import shutil
 
-    shutil.rmtree(repo / "results/small/runs")
-    shutil.rmtree(repo / "data/small")
+    shutil.rmtree(repo / f"results/{NAME}/runs")
+    shutil.rmtree(repo / f"data/{NAME}")
     sh(dvc_repo, sys.executable, "-m", "dvc", "pull", "compile", "--with-deps")
     assert metrics.read_bytes() == want
-    assert (repo / "data/small/prepared/mnist/train.pt").is_file()
+    assert (repo / f"data/{NAME}/prepared/mnist/train.pt").is_file()

@@ -30,6 +30,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the config resolved (extends: merged) to FILE for DVC (params.yaml)",
     )
+    p.add_argument(
+        "--dvc-name",
+        metavar="NAME",
+        help="with --dvc-params: the name DVC runs it under (default: the config's + '-dvc', so "
+        "that DVC's runs and experiments never rewrite what Snakemake built under the config's name)",
+    )
 
 
 def plan(cfg: dict) -> dict:
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dvc_params:  # dvc_params loads and validates the config itself
         from psrnn.workflow import dvc_params
 
-        write_text(args.dvc_params, dvc_params(args.path))
+        write_text(args.dvc_params, dvc_params(args.path, args.dvc_name))
         print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
         return 0
     cfg = C.load_suite(args.path)
