@@ -320,14 +320,14 @@ def test_report_states_provenance_verdicts_and_readings(compiled):
     assert "`abc1234` (8 runs)" in report
     assert "total 0.80 h" in report  # 8 runs x 360 s
     assert "| LSTM (with L2) | lstm_l2 | our search | 10 | 99.57 |" in report
-    assert "| Ours (with both regularizations) | proto_both | thesis' settings | 8 | 99.86 |" in report
+    assert "| Proto-LSTM (with both regularizations) | proto_both | thesis' settings | 8 | 99.86 |" in report
     # two seeds, one seed: no verdict, and the reason is the cause
     assert (
-        "- **too few seeds** (10 of 30): LSTM (with L2) at 6, 8, 10, 12, 14 bits; Ours (with L2) at" in report
+        "- **too few seeds** (10 of 30): LSTM (with L2) at 6, 8, 10, 12, 14 bits; Proto-LSTM (with L2) at" in report
     )
     fixed = report.split("### Table 4.5 as the thesis trained it")[1].split("###")[0]
     assert (
-        "- **too few seeds** (5 of 30): Ours (with both regularizations) at 6, 8, 10, 12, 14 bits\n" in fixed
+        "- **too few seeds** (5 of 30): Proto-LSTM (with both regularizations) at 6, 8, 10, 12, 14 bits\n" in fixed
     )
     top = report.split("## Verdicts")[1].split("## Provenance")[0]  # the findings come first
     assert "search selects it** (10 cells with a thesis value): 10 too few seeds; 0 of 10 decisive." in top
@@ -339,7 +339,7 @@ def test_report_states_provenance_verdicts_and_readings(compiled):
     assert "0.7667 = 23/30" in report and "0.2 = 6/30" in report
     # the reasons, with the rows' order at the longest length the thesis has (14 bits)
     why = report.split("### Why")[1].split("## Figures")[0]
-    assert "At 14 bits the thesis ranks Ours (with both regularizations) 99.60 > LSTM (with L2) 99.49" in why
+    assert "At 14 bits the thesis ranks Proto-LSTM (with both regularizations) 99.60 > LSTM (with L2) 99.49" in why
     assert "Table 4.5 as our grid search selects it: " in why
     assert "6 bits: all 64" in report and "12 bits: 1,024 distinct random" in report
     assert "0.9959 (probably 16 bits)" in report
@@ -768,10 +768,10 @@ def test_the_sweep_claims_are_tested_on_the_figures_grid_points(tmp_path):
     )
     s = R.gather(cfg, REF, tmp_path / C.results_root(cfg))
     lines = robust.robust_lines(s)
-    assert "Ours (with L2) against LSTM (with L2). Verdict: **supported**." in lines[2]
+    assert "Proto-LSTM (with L2) against LSTM (with L2). Verdict: **supported**." in lines[2]
     rows = [line for line in lines if line.startswith("| ") and "---" not in line]
     lstm = [10.0 * (i + 1) for i in range(6)]
-    assert rows[1] == "| Ours (with L2) | proto_l2 | 6 of 12 | 40.00 | 0 of 6 | 40.00 |"
+    assert rows[1] == "| Proto-LSTM (with L2) | proto_l2 | 6 of 12 | 40.00 | 0 of 6 | 40.00 |"
     assert (
         rows[2]
         == f"| LSTM (with L2) | lstm_l2 | 6 of 6 | {np.median(lstm):.2f} | 0 of 6 | {np.mean(lstm):.2f} |"

@@ -552,11 +552,24 @@ def test_jobs_run_the_python_that_runs_snakemake_outside_a_container(tmp_path):
 def test_the_reports_caption_carries_its_verdict_counts(tmp_path, monkeypatch):
     report = tmp_path / "REPORT.md"
     assert W.verdicts(report) is None  # not compiled yet
-    report.write_text("# R\n\n- **reproduced** (5 of 30): a\n- **inconclusive** (14 of 30): b\ntext\n")
-    assert W.verdicts(report) == "reproduced 5 of 30; inconclusive 14 of 30"
+    report.write_text(
+        "# R\n\n## Findings\n\n- **Table 2 accuracies** (22 of 22 rows run): 5 reproduced, 17 inconclusive.\n"
+        "- **The paper's orderings** (6 comparisons): 4 unresolved, 2 the paper's order holds.\n\n"
+        "> one seed\n\n## Deviations\n\n- **reproduced** (5 of 30): a list, not the summary\n"
+    )
+    assert W.verdicts(report) == (
+        "Table 2 accuracies: 5 reproduced, 17 inconclusive; "
+        "The paper's orderings: 4 unresolved, 2 the paper's order holds"
+    )
+    report.write_text("# R\n\n## Deviations\n\n- **reproduced** (5 of 30): a\n")
+    assert W.verdicts(report) is None  # a small config's report sums up no verdicts
     monkeypatch.chdir(ROOT)  # Snakemake's working directory: the committed second-study results
     committed = W.verdicts(Path("results/relreg/REPORT.md"))
-    assert committed and committed.startswith("reproduced ")
+    assert committed == (
+        "Table 4.5 as the thesis trained it: each row at its bolded settings: 13 reproduced, "
+        "11 not reproduced, ours higher, 6 inconclusive; Table 4.5 as our grid search selects it: "
+        "19 inconclusive, 10 not reproduced, ours lower, 1 not reproduced, ours higher"
+    )
     captions = W.report_captions(C.load_suite(ROOT / "config" / "relreg.yaml"))
     assert captions["REPORT"].endswith(f"its verdicts: {committed}")
 

@@ -216,13 +216,29 @@ def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
     return captions
 
 
+# the opening section of a compiled REPORT.md that sums up its verdicts (first study, second)
+SUMMARY_HEADINGS = ("## Findings", "## Verdicts")
+
+
 def verdicts(report: Path) -> str | None:
-    """The verdict counts of a compiled REPORT.md ("reproduced 5 of 30; ..."), for the
-    report's caption; None before it is compiled or when it gives none (a small config)."""
+    """The verdict summary a compiled REPORT.md opens with, for the report's caption: each
+    bullet of its Findings (or Verdicts) section as "<what>: <counts>" ("Table 2 accuracies:
+    5 reproduced, 17 inconclusive; ..."); None before it is compiled or when it has none
+    (a small config)."""
     if not report.is_file():
         return None
-    found = re.findall(r"^- \*\*([^*]+)\*\* \((\d+ of \d+)\)", report.read_text(), flags=re.M)
-    return "; ".join(f"{what} {count}" for what, count in found) or None
+    lines = report.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() in SUMMARY_HEADINGS), None)
+    if start is None:
+        return None
+    found = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        m = re.match(r"^- \*\*([^*]+)\*\*(?: \([^)]*\))?: ([^.;]+)", line)
+        if m:
+            found.append(f"{m[1]}: {m[2].strip()}")
+    return "; ".join(found) or None
 
 
 def report_item(path: str, captions: dict[str, str]) -> tuple[str, dict[str, str]] | None:
