@@ -2,6 +2,11 @@
 
 Each writer writes to a temporary file in the target's folder, fsyncs it, then
 `os.replace`s it over the target (atomic on POSIX within one file system).
+
+Why by hand: no installed library writes atomically (filelock, installed with DVC, only
+locks); the one lock here (`exclusive`) is a bare flock(2) held for a process's lifetime,
+which filelock's lock files (left behind, or a thread-local re-entrant counter) would
+make neither simpler nor safer, and this module is part of every training job's digest.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ for the float differences between CPUs or torch builds on a few-epoch run, narro
 enough to catch a changed model or protocol (parameter counts are always exact). Each
 difference is one line: run, key, expected, got. `--update` rewrites the file from the
 current runs, on purpose, after a change that is meant to move the numbers.
+
+Why not pytest-regressions: this is a user command (CI, the SLURM test and a user's own
+machine run `psrnn check` outside pytest), it compares exactly on the recorded platform
+and with a tolerance elsewhere (pytest-regressions' num_regression takes one tolerance
+for every platform), and it names the run and key of each difference in one line.
 """
 
 from __future__ import annotations

@@ -2,6 +2,13 @@
 true/false are booleans (as in YAML 1.2), a repeated key is an error, and a top-level
 `extends: <file>` merges a file over another. Errors are one-line ConfigErrors naming
 `file:line:column`. psrnn.config re-exports these.
+
+Why PyYAML with two resolvers and a duplicate check, not ruamel.yaml (installed with DVC,
+which reads YAML 1.2 and refuses repeated keys itself): Snakemake reads the same config
+files with PyYAML, so both front ends must agree on what a key means, and this module is
+part of the code every training job's digest covers: swapping the reader would re-train
+every committed run for no change in a single number. The swap belongs with a change
+that re-trains anyway.
 """
 
 from __future__ import annotations

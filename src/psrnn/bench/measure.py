@@ -11,6 +11,12 @@ first step (exact, allocator view). On CPU, growth of the process's peak residen
 (VmHWM, reset through /proc/self/clear_refs) over the RSS before the first step; in a
 fresh process per measurement (`run_measurement(spec, isolate=True)`), else later
 measurements can reuse memory freed by earlier ones and read low.
+
+Why not torch.utils.benchmark.Timer: it times a statement it runs again and again, while
+a training step here is the epoch loop's own step (its batch order, SGDR's per-step rate,
+the optimizer state that each step changes), stamped from training's on_step hook so that
+every step of one real epoch is timed once, with process CPU time beside the wall clock
+(Timer measures wall time only).
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ truncated or wrong download never leaves a file under its final name. A mismatch
 on to the next place; when none works the error names the file and, for each place,
 the expected and the actual checksum (or the network error). `download.json`, written
 last, records what was fetched from where: its presence means the folder is complete.
+
+Why by hand: torchvision's download_url and pooch fetch one URL against one checksum;
+here one file has several places to try in order (a local folder, mirrors that may carry
+their own md5, the official URLs), and the error must list every place with the checksum
+it gave. Both libraries stop at the first failure, and neither writes under a temporary
+name that only an md5 match renames into place.
 """
 
 from __future__ import annotations

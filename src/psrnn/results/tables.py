@@ -6,6 +6,12 @@ Markdown and LaTeX.
 Each builder is a pure function of the gathered `Suite` and returns a `Table`: numbers
 for the CSV (missing = empty cell) and formatted text for Markdown/LaTeX (missing = "—").
 Accuracies are in percent like the paper's.
+
+Why Markdown and LaTeX by string joins, not pandas' to_markdown (tabulate) or
+Styler.to_latex: the cells are already formatted text (the paper's digits, "—", CIs),
+so the libraries would only lay them out; tabulate pads every cell to its column's width,
+so one changed number rewrites every line of a table in a diff and in REPORT.md, and
+Styler (jinja2) has no \resizebox or per-table notes. The writers are ten lines each.
 """
 
 from __future__ import annotations
