@@ -12,6 +12,12 @@ held by the training process until it exits: a crash or kill -9 releases it, and
 Snakemake instances on one host see each other's claims. Nothing is claimed when the job
 already sees one GPU only (SLURM's allocation, a user's CUDA_VISIBLE_DEVICES=3) or none:
 there is no device to choose, and Snakemake's `gpu` resource bounds the jobs.
+
+Why flock(2) by hand, not filelock (installed with DVC): a claim must be tried on many
+slot files without waiting (first free one wins) and held, unreleased, for the life of
+the process that then imports CUDA; filelock's lock objects release when collected and
+count re-entries per thread, so holding one across the training means keeping it alive
+by hand as here, with nothing gained. The kernel releases a flock when the process dies.
 """
 
 from __future__ import annotations
