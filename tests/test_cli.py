@@ -27,6 +27,31 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert str(missing) in err[0] and err[0].startswith("psrnn config: error:")
 
 
+def psrnn(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "psrnn", *args], capture_output=True, text=True)
+
+
+def test_quiet_and_verbose_before_or_after_the_command():
+    """-q drops a command's output and keeps its errors; -v adds debug lines and the
+    traceback behind a one-line error; either goes before or after the command's name."""
+    small = str(Path(__file__).resolve().parents[1] / "config" / "small.yaml")
+    plain = psrnn("config", small)
+    assert plain.returncode == 0 and "small: 5 datasets" in plain.stdout and plain.stderr == ""
+    for args in (["-q", "config", small], ["config", small, "--quiet"]):
+        res = psrnn(*args)
+        assert (res.returncode, res.stdout, res.stderr) == (0, "", ""), args
+    res = psrnn("-q", "config", "/nonexistent.yaml")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == "psrnn config: error: config file not found: /nonexistent.yaml\n"
+    res = psrnn("config", small, "-v")
+    assert res.returncode == 0 and res.stdout == plain.stdout
+    assert "DEBUG psrnn: config: psrnn.config_cli" in res.stderr and "DEBUG psrnn: config: exit 0" in res.stderr
+    res = psrnn("-v", "config", "/nonexistent.yaml")
+    assert res.returncode == 2 and "Traceback (most recent call last)" in res.stderr
+    assert res.stderr.endswith("psrnn config: error: config file not found: /nonexistent.yaml\n")
+    assert psrnn("-q", "-v", "config", small).returncode == 2  # one or the other
+
+
 def test_python_dash_m_entry_point():
     out = subprocess.run(
         [sys.executable, "-m", "psrnn", "--version"], capture_output=True, text=True, check=True

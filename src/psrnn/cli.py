@@ -6,18 +6,26 @@
 Each command lives in the module that does the work; that module provides
 `configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are
 imported only when their command runs, so `--help` and light commands start fast.
+
+Every command takes `-q/--quiet` (only warnings and errors: its own output is dropped) and
+`-v/--verbose` (debug messages of the `psrnn` logger and the libraries' loggers on stderr,
+and the traceback behind a one-line error), before or after the command's name.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
+import logging
 import os
 import re
 import signal
 import sys
 import threading
+import time
+import traceback
 
 from psrnn.errors import UserError
 
@@ -46,13 +54,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m psrnn", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"psrnn {__version__}")
+    add_verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    chosen = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        if name in sys.argv[1:2]:  # only the chosen command's module is imported
+        add_verbosity(p, argparse.SUPPRESS)
+        if name == chosen:  # only the chosen command's module is imported
             importlib.import_module(module).configure(p)
     return parser
+
+
+def add_verbosity(p: argparse.ArgumentParser, default: object) -> None:
+    """-q/-v on the top parser and on every command's (SUPPRESS: a command's parser must not
+    reset what was given before its name)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="print only warnings and errors"
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="debug messages on stderr, and the traceback behind a one-line error",
+    )
+
+
+LOG = logging.getLogger("psrnn")
+
+
+def set_verbosity(quiet: bool, verbose: bool) -> None:
+    """The `psrnn` logger's level and a stderr handler for it (once); debug from the
+    libraries' loggers too with --verbose."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    if not any(getattr(h, "_psrnn", False) for h in LOG.handlers):
+        handler = logging.StreamHandler()  # stderr, looked up when it writes (pytest's capture)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._psrnn = True  # type: ignore[attr-defined]
+        LOG.addHandler(handler)
+        LOG.propagate = False
+    LOG.setLevel(level)
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
 
 
 # errors about a path the user gave (an --out, a folder to write): one line, no traceback
@@ -94,12 +139,22 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     finally:
         sys.argv = saved
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    set_verbosity(quiet, verbose)
     previous = None
     if threading.current_thread() is threading.main_thread():  # a scheduler's kill says what Ctrl-C says
         previous = signal.signal(signal.SIGTERM, _terminated)
+    start = time.perf_counter()
+    LOG.debug("%s: %s, arguments %s", args.command, args._module, argv)
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        with open(os.devnull, "w") if quiet else contextlib.nullcontext(sys.stdout) as out:
+            with contextlib.redirect_stdout(out):
+                status = int(importlib.import_module(args._module).run(args) or 0)
+        LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
+        return status
     except (UserError, FileNotFoundError) as err:  # psrnn.config.ConfigError is a UserError
+        if verbose:
+            traceback.print_exc()
         print(f"psrnn {args.command}: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`psrnn config ... | head`): not an error
@@ -109,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         line = known_failure(err)
         if line is None:
             raise
+        if verbose:
+            traceback.print_exc()
         print(f"psrnn {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # checkpoints and outputs are written whole (psrnn.files)
@@ -117,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.errno not in PATH_ERRORS:
             raise
+        if verbose:
+            traceback.print_exc()
         # files are written whole or not at all (psrnn.files): nothing half-written stays
         where = err.filename2 if err.errno == errno.EISDIR and err.filename2 else err.filename
         print(
