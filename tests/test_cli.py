@@ -45,7 +45,9 @@ def test_quiet_and_verbose_before_or_after_the_command():
     assert res.stderr == "psrnn config: error: config file not found: /nonexistent.yaml\n"
     res = psrnn("config", small, "-v")
     assert res.returncode == 0 and res.stdout == plain.stdout
-    assert "DEBUG psrnn: config: psrnn.config_cli" in res.stderr and "DEBUG psrnn: config: exit 0" in res.stderr
+    assert (
+        "DEBUG psrnn: config: psrnn.config_cli" in res.stderr and "DEBUG psrnn: config: exit 0" in res.stderr
+    )
     res = psrnn("-v", "config", "/nonexistent.yaml")
     assert res.returncode == 2 and "Traceback (most recent call last)" in res.stderr
     assert res.stderr.endswith("psrnn config: error: config file not found: /nonexistent.yaml\n")

@@ -47,6 +47,25 @@ def test_split_digits_writes_the_four_upstream_files_in_order(tmp_path):
         split_digits(DIGITS, tmp_path / "bad", 10000, what="the study's digits.train")
 
 
+@needs_digits
+def test_the_real_digit_check_names_the_digits_its_script_cuts(tmp_path):
+    """config/mnist-real.yaml's md5s are those of the four files results/mnist-real/run.sh
+    writes (`psrnn digits ... --train 5000`): the check trains on exactly those digits, and
+    prepare keeps 1,000 of the 5,000 "train" digits for validation."""
+    import hashlib
+
+    cfg = C.load_suite(C.ROOT / "config" / "mnist-real.yaml")
+    source = cfg["datasets"]["mnist"]["source"]
+    assert split_digits(DIGITS, tmp_path, 5000) == {"train": 5000, "test": 5000}
+    assert {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()} == source["md5"]
+    assert (
+        source["local_dir"] == "data/mnist-real/digits"
+        and "--train 5000" in (C.ROOT / "results" / "mnist-real" / "run.sh").read_text()
+    )
+    assert cfg["datasets"]["mnist"]["prepare"] == {"downsample": 14, "valid_size": 1000}
+    assert C.enabled_datasets(cfg) == ["mnist"] and cfg["seeds"] == [0, 1, 2]
+
+
 def test_an_unknown_recipe_is_refused_before_any_digit_is_cut(tmp_path, capsys):
     from psrnn.cli import main
 

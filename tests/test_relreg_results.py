@@ -323,11 +323,13 @@ def test_report_states_provenance_verdicts_and_readings(compiled):
     assert "| Proto-LSTM (with both regularizations) | proto_both | thesis' settings | 8 | 99.86 |" in report
     # two seeds, one seed: no verdict, and the reason is the cause
     assert (
-        "- **too few seeds** (10 of 30): LSTM (with L2) at 6, 8, 10, 12, 14 bits; Proto-LSTM (with L2) at" in report
+        "- **too few seeds** (10 of 30): LSTM (with L2) at 6, 8, 10, 12, 14 bits; Proto-LSTM (with L2) at"
+        in report
     )
     fixed = report.split("### Table 4.5 as the thesis trained it")[1].split("###")[0]
     assert (
-        "- **too few seeds** (5 of 30): Proto-LSTM (with both regularizations) at 6, 8, 10, 12, 14 bits\n" in fixed
+        "- **too few seeds** (5 of 30): Proto-LSTM (with both regularizations) at 6, 8, 10, 12, 14 bits\n"
+        in fixed
     )
     top = report.split("## Verdicts")[1].split("## Provenance")[0]  # the findings come first
     assert "search selects it** (10 cells with a thesis value): 10 too few seeds; 0 of 10 decisive." in top
@@ -339,7 +341,10 @@ def test_report_states_provenance_verdicts_and_readings(compiled):
     assert "0.7667 = 23/30" in report and "0.2 = 6/30" in report
     # the reasons, with the rows' order at the longest length the thesis has (14 bits)
     why = report.split("### Why")[1].split("## Figures")[0]
-    assert "At 14 bits the thesis ranks Proto-LSTM (with both regularizations) 99.60 > LSTM (with L2) 99.49" in why
+    assert (
+        "At 14 bits the thesis ranks Proto-LSTM (with both regularizations) 99.60 > LSTM (with L2) 99.49"
+        in why
+    )
     assert "Table 4.5 as our grid search selects it: " in why
     assert "6 bits: all 64" in report and "12 bits: 1,024 distinct random" in report
     assert "0.9959 (probably 16 bits)" in report
