@@ -51,7 +51,7 @@ def report_markdown(s: RelRegSuite, t: Table, tt: Table, ab: Table, outputs: lis
     head = [f"# Reproduction report: relation-level regularization (Binary Counter), config `{s.name}`", ""]
     if not s.paper_scale:
         head += [
-            f"> **{str(s.scale_label).capitalize()}.** Data, models and budgets are shrunk for a quick run; "
+            f"> **{fmt.sentence(str(s.scale_label))}.** Data, models and budgets are shrunk for a quick run; "
             "its numbers say nothing about the thesis' claims, and no verdict is given.",
             "",
         ]

@@ -32,13 +32,11 @@ def deviations(s: Suite) -> list[Deviation]:
             (
                 "scale",
                 "full data and models",
-                f"{s.scale_label}: "
-                + (
-                    "data, models and epoch budgets shrunk for a quick end-to-end run"
-                    if "scale_label" not in s.cfg  # the small configs
-                    else s.cfg.get("description", "see the rows below").strip()
-                )
-                + "; its numbers say nothing about the paper's claims",
+                f"{s.scale_label}: data, models and epoch budgets shrunk for a quick end-to-end "
+                "run; its numbers say nothing about the paper's claims"
+                if not s.reduced_scale
+                else f"{s.scale_name}: {' '.join(s.cfg.get('description', '').split()).rstrip('.')}; "
+                "no value is compared with the paper's, its orderings are read at this scale (Findings)",
                 "everything",
             )
         )
@@ -87,6 +85,19 @@ def dataset_deviations(s: Suite) -> list[Deviation]:
             why = "disabled" if ds in s.cfg["datasets"] else "not in the config"
             found.append(("dataset", "reported", f"not run ({why}); its rows are missing", ds))
     for ds in enabled:
+        source = s.cfg["datasets"][ds].get("source") or {}
+        if source.get("official") is False and not s.cfg.get("fixtures"):  # a copy of the user's
+            places = [p for p in [source.get("local_dir"), *(source.get("mirrors") or [])] if p]
+            check = (
+                "md5-checked against the config's own sums"
+                if source.get("md5")
+                else "md5-checked"
+                if source.get("verify", True)
+                else "not checked"
+            )
+            found.append(
+                ("data source", "the official archives", f"a local copy ({', '.join(places)}), {check}", ds)
+            )
         opts = s.cfg["datasets"][ds].get("prepare") or {}
         side = opts.get("downsample")
         if side and ds in PAPER_IMAGE_STEPS:

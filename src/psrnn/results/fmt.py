@@ -29,6 +29,11 @@ def not_paper_label(cfg: dict) -> str | None:
     return str(cfg.get("scale_label", SMALL)) + NOT_PAPER
 
 
+def sentence(text: str) -> str:
+    """The text with its first letter upper-case (str.capitalize lowers all the others)."""
+    return text[:1].upper() + text[1:]
+
+
 def scale_label(name: str, label: str | None) -> str:
     """The line every figure carries about the config; label: Suite.scale_label (None for a
     paper-scale config)."""

@@ -245,9 +245,14 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
         head += [
-            f"> **{str(s.scale_label).capitalize()}.** Every number below comes from a shrunken "
+            f"> **{fmt.sentence(str(s.scale_label))}.** Every number below comes from a shrunken "
             "setup (see Deviations); none of them is a reproduction of the paper's results, and "
-            "no verdict is given.",
+            + (
+                "none is compared with the paper's: the paper's orderings are read on our seeds, "
+                "at this scale (Findings)."
+                if s.reduced_scale
+                else "no verdict is given."
+            ),
             "",
         ]
     findings = findings_lines(s)
