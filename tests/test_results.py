@@ -979,11 +979,13 @@ def test_experiments_without_a_paper_number_get_their_numbers_settings_and_no_ve
 
 def test_a_single_seed_paper_config_says_it_gives_no_verdicts_and_what_would(tmp_path):
     """quick.yaml's one seed: no interval, so no verdict; REPORT names the smallest config
-    that gives them, at the cost `bench --only budget` measured for it."""
+    that gives them, at the cost its budget file gives (the H200 times `bench --only budget`
+    measured, with paper.yaml's 4-point grid: results/bench/graphs/grid4.py)."""
     from psrnn.files import read_json
 
-    budget = read_json(C.ROOT / report.QUICK_3SEEDS_BUDGET.replace(".md", ".json"))["budget"]
+    budget = read_json(C.ROOT / report.QUICK_3SEEDS_BUDGET.replace(".md", ".json"))["quick-3seeds.yaml"]
     assert report.QUICK_3SEEDS_HOURS.startswith(f"{budget['total_hours']:.1f} H200-hours")
+    assert budget["runs"] == 13 * (4 + 2)  # 13 rows: 4 search points, 2 more seeds each
     assert C.load_suite(C.ROOT / "config" / "quick-3seeds.yaml")["seeds"] == [0, 1, 2]
     s = load(tmp_path, make_suite(tmp_path, name="p", paper_scale=True))
     assert report.single_seed_lines(s) == []  # three seeds: verdicts

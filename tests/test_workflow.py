@@ -176,7 +176,7 @@ def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
     assert job_counts(res.stdout) == {
         "download": 4,
         "prepare": 4,
-        "search": sum(len(C.grid_points(cfg["experiments"][e])) for e in grids),  # 54
+        "search": sum(len(C.grid_points(cfg["experiments"][e])) for e in grids),  # 72 (18 rows x 4 rates)
         "select": len(grids),  # 18
         "train": len(exps) * 3,  # 75
         "compile": 1,
@@ -208,7 +208,7 @@ def test_configfile_paper_dbpedia_adds_only_dbpedia(tmp_path):
     res = snakemake("-n", "--quiet", "rules", "--configfile", str(PAPER_DBPEDIA), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     counts = job_counts(res.stdout)
-    assert counts["download"] == 5 and counts["train"] == 75 + 4 * 3 and counts["search"] == 54 + 12
+    assert counts["download"] == 5 and counts["train"] == 75 + 4 * 3 and counts["search"] == 72 + 16
 
 
 def test_configfile_quick_is_one_seed_of_table2s_mnist_fmnist_imdb_rows(tmp_path):
@@ -219,13 +219,13 @@ def test_configfile_quick_is_one_seed_of_table2s_mnist_fmnist_imdb_rows(tmp_path
     assert job_counts(res.stdout) == {
         "download": 3,
         "prepare": 3,
-        "search": 39,
+        "search": 52,
         "select": 13,
         "train": 13,
         "compile": 1,
         "paper": 1,
         "all": 1,
-    }  # each row's lr searched (3 points), the selected run reused by its final run
+    }  # each row's lr searched (4 points), the selected run reused by its final run
 
 
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
@@ -409,7 +409,7 @@ def test_local_run_gives_training_jobs_the_configs_threads_and_shared_gpu_slots(
     res = snakemake("-n", "--cores", "8", cwd=tmp_path, env=two_gpus, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     blocks = train_blocks(res.stdout)
-    assert len(blocks) == len(W.final_metrics(cfg)) + 54  # every search and train job
+    assert len(blocks) == len(W.final_metrics(cfg)) + 72  # every search and train job
     threads = W.train_threads(cfg)
     for block in blocks:
         assert f"threads: {threads}\n" in block and f"--threads {threads} " in block, block

@@ -7,8 +7,9 @@
 # from its last checkpoint and a finished one is skipped, so the work can be done in
 # pieces; a run another process is training is refused (its folder is held), so a second
 # call while the first goes on only starts what is not running.
-# The 12 search runs share the one GPU, JOBS at a time (default 4). Measured on one H100
-# 80GB (results/quick-imdb/GPU-RUN.md): 12 at once ran out of GPU memory (5 runs failed
+# The 16 search runs (4 rates x 4 rows) share the one GPU, JOBS at a time (default 4).
+# Measured on one H100 80GB with the earlier 3-rate grid (results/quick-imdb/GPU-RUN.md):
+# 12 at once ran out of GPU memory (5 runs failed
 # in their first epoch: under PyTorch's caching allocator a process held 7-18 GB); 7-9 at
 # once fit, under CUDA MPS (`nvidia-cuda-mps-control -d`, as root, before this script),
 # with expandable segments (set below) holding 6-12 GB each.

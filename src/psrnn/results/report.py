@@ -223,8 +223,8 @@ def output_lines(outputs: list[str]) -> list[str]:
 SMALLEST_VERDICT_SEEDS = 3  # the fewest seeds whose t-interval can decide Table 2's closer rows
 # what config/quick-3seeds.yaml costs, by `bench --only budget --times-from` (a test checks
 # the number against the file)
-QUICK_3SEEDS_BUDGET = "results/bench/graphs/quick-3seeds-budget-h200.md"
-QUICK_3SEEDS_HOURS = "12.8 H200-hours at the 70-epoch cap"
+QUICK_3SEEDS_BUDGET = "results/bench/graphs/grid4-budgets.md"
+QUICK_3SEEDS_HOURS = "15.4 H200-hours at the 70-epoch cap"
 
 
 def single_seed_lines(s: Suite) -> list[str]:
