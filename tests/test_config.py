@@ -292,7 +292,9 @@ def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_each_row_searching_it
     assert cfg["name"] == "quick" and cfg["seeds"] == [0]
     assert {cfg["experiments"][e]["dataset"] for e in exps} == {"mnist", "fmnist", "imdb"}
     # the paper searched every model's hyper-parameters on validation, baselines included
-    assert len(exps) == 13 and all(cfg["experiments"][e]["grid"] == {"lr": [0.1, 0.3, 1.0, 3.0]} for e in exps)
+    assert len(exps) == 13 and all(
+        cfg["experiments"][e]["grid"] == {"lr": [0.1, 0.3, 1.0, 3.0]} for e in exps
+    )
     assert all(cfg["experiments"][e]["ref"].startswith("table2/") for e in exps)
     run = C.resolve_run(cfg, "imdb_gru", 0)
     assert (run.max_epochs, run.patience, run.init) == (70, 20, "chrono")
