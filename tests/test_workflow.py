@@ -14,6 +14,7 @@ import yaml
 from suites import TINY
 
 from psrnn import config as C
+from psrnn import dvcparams as D
 from psrnn import workflow as W
 from psrnn.cli import main
 from psrnn.errors import UserError
@@ -432,7 +433,7 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
     quick = C.load_suite(ROOT / "config" / "quick.yaml")
     # DVC runs it under its own name: its runs and experiments never rewrite quick's
     assert C.load_suite(out) == {**quick, "name": "quick-dvc", "fixtures": "", "job_env": {}}
-    for keys in W.DVC_STAGE_PARAMS.values():
+    for keys in D.DVC_STAGE_PARAMS.values():
         assert set(keys) <= set(params)
     assert "extends" not in params
     assert (
@@ -445,19 +446,19 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
 
 def test_dvc_params_moves_the_paths_under_the_configs_data_folder_with_its_name():
     """small.yaml's fixtures and mirrors live in data/small/: DVC's small-dvc writes its own."""
-    params = yaml.safe_load(W.dvc_params(SMALL))
+    params = yaml.safe_load(D.dvc_params(SMALL))
     assert params["name"] == "small-dvc" and params["fixtures"] == "data/small-dvc/fixtures"
     assert params["datasets"]["mnist"]["source"] == {
         "mirrors": ["data/small-dvc/fixtures/mnist"],
         "md5": "data/small-dvc/fixtures/mnist/MD5SUMS",
         "official": False,
     }
-    assert "data/small/" not in W.dvc_params(SMALL).split("\nname:")[1]
+    assert "data/small/" not in D.dvc_params(SMALL).split("\nname:")[1]
 
 
 def test_committed_params_yaml_is_the_small_config_resolved():
     """dvc repro runs params.yaml: it must not drift from config/small.yaml."""
-    assert (ROOT / "params.yaml").read_text() == W.dvc_params("config/small.yaml")
+    assert (ROOT / "params.yaml").read_text() == D.dvc_params("config/small.yaml")
 
 
 def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(tmp_path):

@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from psrnn import config as C
+from psrnn import dvcparams as D
 from psrnn import studies
 from psrnn import workflow as W
 
 ROOT = C.ROOT
-NAME = C.load_suite(ROOT / "params.yaml")["name"]  # small-dvc: DVC's own folders (workflow.dvc_params)
+NAME = C.load_suite(ROOT / "params.yaml")["name"]  # small-dvc: DVC's own folders (dvcparams.dvc_params)
 STAGES = {  # suite config -> its stages, upstream first
     "params.yaml": ["data", "train", "compile"],
     "config/relreg.yaml": ["relreg-train", "relreg-compile"],
@@ -135,8 +136,8 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
         "relreg-compile": None,
     }
     # the keys each stage tracks are the ones its jobs read (psrnn.workflow says which)
-    assert st["data"]["params"] == W.DVC_STAGE_PARAMS["data"]
-    assert st["train"]["params"] == W.DVC_STAGE_PARAMS["train"]
+    assert st["data"]["params"] == D.DVC_STAGE_PARAMS["data"]
+    assert st["train"]["params"] == D.DVC_STAGE_PARAMS["train"]
     assert st["compile"]["params"] == [{"params.yaml": None}]  # the whole file
     # config/relreg.yaml as it is (DVC cannot follow `extends:`, and it has none)
     assert "extends" not in C.load_yaml(ROOT / "config" / "relreg.yaml")
@@ -144,9 +145,9 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
         {
             "config/relreg.yaml": [
                 "study",
-                *W.DVC_STAGE_PARAMS["train"][:2],
-                *W.DVC_RELREG_PARAMS,
-                *W.DVC_STAGE_PARAMS["train"][2:],
+                *D.DVC_STAGE_PARAMS["train"][:2],
+                *D.DVC_RELREG_PARAMS,
+                *D.DVC_STAGE_PARAMS["train"][2:],
             ]
         }
     ]
@@ -175,10 +176,10 @@ def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
 def test_an_experiment_edit_is_no_data_edit():
     """Snakemake's granularity, DVC's view: a dataset's keys are not an experiment's."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    data_view = {k: params[k] for k in W.DVC_STAGE_PARAMS["data"]}
+    data_view = {k: params[k] for k in D.DVC_STAGE_PARAMS["data"]}
     params["experiments"]["mnist_gru"]["window"] = 7
     params["defaults"]["lr"] = 0.01
-    assert {k: params[k] for k in W.DVC_STAGE_PARAMS["data"]} == data_view
+    assert {k: params[k] for k in D.DVC_STAGE_PARAMS["data"]} == data_view
     cfg = C.validate_suite(params)
     assert W.dataset_spec(cfg, "mnist") == W.dataset_spec(C.load_suite(ROOT / "params.yaml"), "mnist")
 
@@ -282,7 +283,7 @@ def dvc_repo(tmp_path_factory):
     cfg["datasets"] = {"mnist": cfg["datasets"]["mnist"]}
     cfg["experiments"] = {e: cfg["experiments"][e] for e in DVC_EXPERIMENTS}
     (repo / "config" / "small.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (repo / "params.yaml").write_text(W.dvc_params(repo / "config" / "small.yaml"))
+    (repo / "params.yaml").write_text(D.dvc_params(repo / "config" / "small.yaml"))
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",

@@ -54,7 +54,7 @@ def plan(cfg: dict) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.dvc_params:  # dvc_params loads and validates the config itself
-        from psrnn.workflow import dvc_params
+        from psrnn.dvcparams import dvc_params
 
         write_text(args.dvc_params, dvc_params(args.path, args.dvc_name))
         print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")

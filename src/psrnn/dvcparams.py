@@ -1,0 +1,74 @@
+"""DVC's params.yaml: a suite config resolved into the one file `dvc repro` runs
+(`python -m psrnn config <config> --dvc-params params.yaml`), and the keys each DVC stage
+tracks in it (dvc.yaml lists the same; tests/test_workflow_dvc.py checks them)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from psrnn import config as C
+from psrnn.errors import UserError
+from psrnn.workflow import shown
+
+# Top-level keys each DVC stage tracks in params.yaml (dvc.yaml lists the same; a test
+# checks): the keys its Snakemake jobs read, so `dvc exp run -S experiments.x.window=...`
+# leaves the data stage alone, as Snakemake would. The compile stage tracks the whole file.
+DVC_STAGE_PARAMS = {
+    "data": ["name", "fixtures", "datasets", "job_env"],
+    "train": ["name", "seeds", "datasets", "defaults", "experiments", "resources", "job_env"],
+}
+# The protocol keys config/relreg.yaml sets beside them (its relreg-train stage tracks them
+# too, after `name` and `seeds`): how the search seeds, ties and groups are run
+DVC_RELREG_PARAMS = ["search_seed", "ties", "fused_search", "fused_finals"]
+# Optional keys written even when the source config lacks them (their meaning when
+# absent), because DVC stops on a tracked key that is missing from params.yaml.
+DVC_ABSENT = {"fixtures": "", "job_env": {}, "resources": {}, "defaults": {}}
+
+
+DVC_SUFFIX = "-dvc"  # DVC's pipeline runs a config under its own name (dvc_params)
+
+
+def dvc_params(path: str | Path, name: str | None = None) -> str:
+    """params.yaml for `dvc repro`: the suite config at `path` resolved (its `extends:`
+    chain merged, every tracked key present), as YAML with a header naming its source.
+
+    DVC tracks and sets (`dvc exp run -S defaults.lr=0.001`) keys of one YAML file and
+    cannot follow `extends:`, so it gets the resolved config; the stages run Snakemake
+    with `--configfile params.yaml`. Its name (data/<name>, results/<name>) is the
+    config's + "-dvc" unless given: a DVC experiment rewrites its outputs in place, and
+    must not rewrite what `snakemake --configfile <config>` built or git holds
+    (results/small is committed).
+    """
+    import yaml
+
+    cfg = C.load_suite(path)
+    source = shown(path)
+    old = f"{C.data_root(cfg)}/"
+    cfg["name"] = name or cfg["name"] + DVC_SUFFIX
+    new = f"{C.data_root(cfg)}/"
+
+    def moved(value: Any) -> Any:
+        """Paths the config names under its own data folder (small.yaml's fixtures and
+        mirrors) move with its name: DVC's pipeline shares no file with the config's."""
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        return new + value[len(old) :] if isinstance(value, str) and value.startswith(old) else value
+
+    cfg = moved(cfg)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", cfg["name"]):  # the schema's pattern for `name`
+        raise UserError(f"--dvc-name {cfg['name']!r}: letters, digits, _ and - only (a folder name)")
+    cfg.update({k: v for k, v in DVC_ABSENT.items() if k not in cfg})
+    header = (
+        f"# The suite config `dvc repro` runs: {source} under the name {cfg['name']}, resolved by\n"
+        f"#   python -m psrnn config {source} --dvc-params params.yaml\n"
+        f"# (comments and explanations live in {source}). Edit it here, or per experiment\n"
+        f"# with `dvc exp run -S defaults.lr=0.001`; re-run the command above after editing\n"
+        f"# {source}. dvc.yaml lists the keys each stage depends on. Its own name keeps DVC's\n"
+        f"# runs and experiments in data/{cfg['name']} and results/{cfg['name']}, apart from\n"
+        f"# what `snakemake --configfile {source}` builds (and git holds).\n"
+    )
+    return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None, width=100)
