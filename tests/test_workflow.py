@@ -623,10 +623,11 @@ def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monk
 
 
 def test_the_batch_profile_sends_short_runs_to_the_cluster_eight_at_a_time(tmp_path):
-    """profiles/batch beside profiles/slurm: the small config's 2 search runs go as one
-    SLURM job and its 30 final runs as 4 (8 + 8 + 8 + 6), each batch capped at the
-    profile's 2 CPUs; searches and final runs never share a batch (a final run waits for
-    the selection, which waits for every search point)."""
+    """profiles/batch beside profiles/slurm: the small config's runs go to the cluster in 4
+    SLURM jobs instead of 32. An experiment's search, selection and final runs are one
+    piece of the DAG and share a batch (mnist_ps30_predrec_a4: 2 search runs, its
+    selection, 2 final runs); every other final run is a piece of its own; 8 pieces a
+    batch: 29 pieces, 4 batches, each capped at the profile's 2 CPUs."""
     profiles = (
         "--workflow-profile",
         str(ROOT / "profiles" / "slurm"),
@@ -636,17 +637,14 @@ def test_the_batch_profile_sends_short_runs_to_the_cluster_eight_at_a_time(tmp_p
     res = snakemake("-n", "--configfile", str(SMALL), *profiles, cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     batches = re.split(r"\] Group job ", res.stdout)[1:]
-    kinds = [b.split(" ", 1)[0] for b in batches]
-    assert sorted(kinds) == ["searches", "trains", "trains", "trains", "trains"], kinds
-    # a batch's runs are printed indented under it ("    rule train:"), other jobs are not
-    sizes = {
-        k: sorted(
-            len(re.findall(r"^[ \t]+rule (search|train):", b, re.M)) for b in batches if b.startswith(k)
-        )
-        for k in set(kinds)
-    }
+    assert [b.split(" ", 1)[0] for b in batches] == ["batch"] * 4
+    # a batch's jobs are printed indented under it ("    rule train:"), other jobs are not
+    rules = [re.findall(r"^[ \t]+rule (\w+):", b, re.M) for b in batches]
     cfg = C.load_suite(SMALL)
-    assert sum(sizes["trains"]) == len(W.final_metrics(cfg)) == 30 and max(sizes["trains"]) == 8
-    assert sizes["searches"] == [2]
+    assert sum(r.count("train") for r in rules) == len(W.final_metrics(cfg)) == 30
+    grid = [r for r in rules if "search" in r]
+    assert len(grid) == 1 and grid[0].count("search") == 2 and grid[0].count("select") == 1
+    pieces = [r.count("train") - (2 if r is grid[0] else 0) + (r is grid[0]) for r in rules]
+    assert sorted(pieces) == [5, 8, 8, 8]
     profile = yaml.safe_load((ROOT / "profiles" / "batch" / "config.yaml").read_text())
-    assert profile["cores"] == 2 and profile["group-components"] == ["searches=8", "trains=8"]
+    assert profile["cores"] == 2 and profile["group-components"] == ["batch=8"]
