@@ -70,7 +70,7 @@ done
   echo
   echo "The small config (${ONLY:-every dataset}) each time, in a fresh folder. single:" \
     "\`--workflow-profile profiles/slurm\` (every job a SLURM job). batch: the same plus" \
-    "\`--profile profiles/batch\` (up to 8 search or final runs per SLURM job, 2 CPUs each)." \
+    "\`--profile profiles/batch\` (up to 8 pieces of the DAG per SLURM job: an experiment's search, selection and final runs are one piece, any other final run one; 2 CPUs a batch)." \
     "CPU: the whole machine's busy time (/proc/stat) over the run. Check: \`psrnn check\`" \
     "against tests/expected/small.json."
   echo
