@@ -152,9 +152,13 @@ def findings_lines(s: Suite) -> list[str]:
 
 def tally(readings: list[str]) -> str:
     """'3 reproduced, 1 inconclusive': each reading's words before any parenthesis, counted
-    (most first, then by name)."""
+    (most first, then by name); a reading that starts with a number is set off ('1 × 1 seed:
+    no verdict')."""
     counts = Counter(r.split(" (")[0] for r in readings)
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ", ".join(
+        f"{n} × {k}" if k[:1].isdigit() else f"{n} {k}"
+        for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def table4_lines(s: Suite) -> list[str]:

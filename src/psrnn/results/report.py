@@ -257,7 +257,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
         ]
     findings = findings_lines(s)
     if findings:
-        head += ["## Findings", "", *findings, *single_seed_lines(s)[1:], ""]
+        head += ["## Findings", "", *findings, *single_seed_lines(s), ""]
     parts = (
         head
         + provenance(s)
