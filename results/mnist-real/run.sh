@@ -2,7 +2,7 @@
 # The reduced-scale real-digit check of Table 2's MNIST rows (config/mnist-real.yaml), on
 # a CPU. From the repository root, with ../shared/data/mnist-test present:
 #
-#   bash results/mnist-real/run.sh            # ~1.5 h on 2 cores; re-run to resume
+#   bash results/mnist-real/run.sh            # ~3 CPU-hours (1.5 h on 2 idle cores); re-run to resume
 #
 # Writes results/mnist-real/ (REPORT.md, tables, figures; runs/ and search/ hold each
 # run's metrics.json and history.csv). DIGITS= names another folder holding the MNIST
