@@ -128,6 +128,14 @@ def known_failure(err: BaseException) -> str | None:
     return None
 
 
+def error_line(command: str, text: str, verbose: bool) -> int:
+    """A known failure as one line on stderr (after its traceback with --verbose); exit 2."""
+    if verbose:
+        traceback.print_exc()
+    print(f"psrnn {command}: error: {text}", file=sys.stderr)
+    return 2
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -153,10 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
         return status
     except (UserError, FileNotFoundError) as err:  # psrnn.config.ConfigError is a UserError
-        if verbose:
-            traceback.print_exc()
-        print(f"psrnn {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return error_line(args.command, str(err), verbose)
     except BrokenPipeError:  # the reader went away (`psrnn config ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -164,25 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         line = known_failure(err)
         if line is None:
             raise
-        if verbose:
-            traceback.print_exc()
-        print(f"psrnn {args.command}: error: {line}", file=sys.stderr)
-        return 2
+        return error_line(args.command, line, verbose)
     except KeyboardInterrupt:  # checkpoints and outputs are written whole (psrnn.files)
         print(f"psrnn {args.command}: interrupted; the same command resumes", file=sys.stderr)
         return 130
     except OSError as err:
         if err.errno not in PATH_ERRORS:
             raise
-        if verbose:
-            traceback.print_exc()
         # files are written whole or not at all (psrnn.files): nothing half-written stays
         where = err.filename2 if err.errno == errno.EISDIR and err.filename2 else err.filename
-        print(
-            f"psrnn {args.command}: error: {PATH_ERRORS[err.errno].format(where or 'a file')}",
-            file=sys.stderr,
-        )
-        return 2
+        return error_line(args.command, PATH_ERRORS[err.errno].format(where or "a file"), verbose)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -4,12 +4,10 @@ tracks in it (dvc.yaml lists the same; tests/test_workflow_dvc.py checks them)."
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.errors import UserError
 from psrnn.workflow import shown
 
 # Top-level keys each DVC stage tracks in params.yaml (dvc.yaml lists the same; a test
@@ -58,9 +56,7 @@ def dvc_params(path: str | Path, name: str | None = None) -> str:
             return [moved(v) for v in value]
         return new + value[len(old) :] if isinstance(value, str) and value.startswith(old) else value
 
-    cfg = moved(cfg)
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", cfg["name"]):  # the schema's pattern for `name`
-        raise UserError(f"--dvc-name {cfg['name']!r}: letters, digits, _ and - only (a folder name)")
+    cfg = C.validate_suite(moved(cfg), source=f"{source} under the name {cfg['name']!r}")  # a folder name
     cfg.update({k: v for k, v in DVC_ABSENT.items() if k not in cfg})
     header = (
         f"# The suite config `dvc repro` runs: {source} under the name {cfg['name']}, resolved by\n"

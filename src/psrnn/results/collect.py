@@ -75,7 +75,7 @@ class Suite:
     def scale_name(self) -> str:
         """What a config that is not paper-scale is ("reduced-scale check on real digits",
         "small config")."""
-        return str(self.cfg.get("scale_label", fmt.SMALL))
+        return fmt.scale_name(self.cfg)
 
     @property
     def scale_label(self) -> str | None:

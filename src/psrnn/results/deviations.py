@@ -35,8 +35,10 @@ def deviations(s: Suite) -> list[Deviation]:
                 f"{s.scale_label}: data, models and epoch budgets shrunk for a quick end-to-end "
                 "run; its numbers say nothing about the paper's claims"
                 if not s.reduced_scale
-                else f"{s.scale_name}: {' '.join(s.cfg.get('description', '').split()).rstrip('.')}; "
-                "no value is compared with the paper's, its orderings are read at this scale (Findings)",
+                else ": ".join(
+                    filter(None, [s.scale_name, " ".join(s.cfg.get("description", "").split()).rstrip(".")])
+                )
+                + "; no value is compared with the paper's, its orderings are read at this scale (Findings)",
                 "everything",
             )
         )

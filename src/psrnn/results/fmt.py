@@ -20,13 +20,16 @@ NOT_PAPER = " — not a reproduction of the paper"
 SMALL_LABEL = SMALL + NOT_PAPER
 
 
+def scale_name(cfg: dict) -> str:
+    """What a config that is not paper-scale is: its `scale_label` ("reduced-scale check on
+    real digits"), else "small config"."""
+    return str(cfg.get("scale_label", SMALL))
+
+
 def not_paper_label(cfg: dict) -> str | None:
-    """What every output of a config that is not paper-scale says it is: its `scale_label`
-    ("reduced-scale check on real digits", default "small config") + NOT_PAPER; None for a
-    paper-scale config."""
-    if cfg.get("paper_scale", False):
-        return None
-    return str(cfg.get("scale_label", SMALL)) + NOT_PAPER
+    """What every output of a config that is not paper-scale says it is: scale_name +
+    NOT_PAPER; None for a paper-scale config."""
+    return None if cfg.get("paper_scale", False) else scale_name(cfg) + NOT_PAPER
 
 
 def sentence(text: str) -> str:
