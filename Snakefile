@@ -18,7 +18,7 @@ import sys
 from snakemake.utils import min_version
 
 from psrnn import config as C
-from psrnn import groups as G
+from psrnn.engine import groups as G
 from psrnn import workflow as W
 from psrnn.errors import UserError
 
@@ -138,7 +138,7 @@ localrules:
 
 
 wildcard_constraints:
-    dataset="|".join(C.DATASETS),
+    dataset="|".join(CFG["datasets"]),
     # the config's experiments only: another target is "no rule to produce" it, not an
     # error inside an input function
     experiment=W.one_of(C.enabled_experiments(CFG)),
@@ -227,7 +227,7 @@ rule search:
 
 
 rule search_group:
-    """A group of an experiment's grid points (`fused_search: true`; psrnn.groups), trained
+    """A group of an experiment's grid points (`fused_search: true`; psrnn.engine.groups), trained
     in one process, one shape as one batched model; writes every point's run folder, then
     the group's marker. A killed job resumes each unfinished point from its checkpoint."""
     input:
@@ -293,7 +293,7 @@ rule train:
 
 
 rule final_group:
-    """Every final run of one experiment (the suite's `fused_finals: true`; psrnn.fused) in
+    """Every final run of one experiment (the suite's `fused_finals: true`; psrnn.engine.group) in
     one process, runs of one shape as one batched model, so that all of them take the same
     numeric path; each keeps its own run folder. A killed job resumes each unfinished run
     from its checkpoint."""

@@ -17,9 +17,9 @@ from psrnn import config as C
 from psrnn.bench import budget, measure, report, speed
 from psrnn.bench import stored as stored_budget
 from psrnn.cli import UserError, main
-from psrnn.data import fixtures
-from psrnn.models import build_model, sample_anchors
-from psrnn.naive import NaivePSRNN
+from psrnn.studies.private_shared.data import fixtures
+from psrnn.studies.private_shared.models import build_model, sample_anchors
+from psrnn.studies.private_shared.naive import NaivePSRNN
 
 # --- the naive reference is the same model -------------------------------------------------
 
@@ -526,7 +526,7 @@ def test_cpu_peak_memory_sees_a_transient_allocation():
 
 
 def test_generated_archives_prepare_like_the_real_datasets(tmp_path):
-    from psrnn.data.prepare import prepare
+    from psrnn.studies.private_shared.data.prepare import prepare
 
     gen = fixtures.write_imdb_like(tmp_path / "imdb" / "aclImdb_v1.tar.gz", 400)
     assert gen["reviews"] == 800 and 1150 < gen["mean_chars"] < 1500
@@ -692,7 +692,9 @@ def test_budget_sizes_without_prepare_fall_back_to_the_papers_table1(monkeypatch
     assert budget.split_sizes("cifar10", {"valid_size": 5000}, None)[:2] == (45_000, 5_000)
     manifest = {"counts": {"train": 7, "valid": 3}}
     assert budget.split_sizes("mnist", {}, manifest) == (7, 3, "prepared manifest")
-    monkeypatch.setitem(sys.modules, "psrnn.data.prepare", None)  # e.g. no torchvision on a GPU box
+    monkeypatch.setitem(
+        sys.modules, "psrnn.studies.private_shared.data.prepare", None
+    )  # e.g. no torchvision on a GPU box
     train, valid, source = budget.split_sizes("cifar10", {"valid_size": 5000}, None)
     assert (train, valid) == (45_000, 15_000) and source.startswith("paper Table 1")
     lengths, _ = budget.text_lengths("imdb", {}, None, np.random.default_rng(0))

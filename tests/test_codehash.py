@@ -1,14 +1,18 @@
-"""Code digests (psrnn.codehash): blind to comments, docstrings and layout, moved by any
-real change of the code a job runs, and carried by every training job's settings."""
+"""Code digests (psrnn.engine.codehash): blind to comments, docstrings, layout and where the
+files lie, moved by any real change of the code a job runs, kept apart per study, and
+carried by every training job's settings."""
 
 import json
 import shutil
 
-from psrnn import codehash
+import pytest
+
 from psrnn import config as C
 from psrnn import workflow as W
+from psrnn.engine import codehash
 
-ROOTS = codehash.entry_points()["psrnn-train"]
+JOBS = codehash.jobs()
+PS = "psrnn/studies/private_shared"
 
 
 def copy_src(tmp_path):
@@ -16,44 +20,140 @@ def copy_src(tmp_path):
     return tmp_path
 
 
+def digests(src):
+    """Every job's digest of the package under `src`."""
+    return {name: codehash.digest(roots, scope, src)["digest"] for name, (roots, scope) in JOBS.items()}
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert text.count(old) >= 1, (path, old)
+    path.write_text(text.replace(old, new))
+
+
 def test_a_comment_docstring_or_layout_edit_keeps_the_digest_and_a_real_change_moves_it(tmp_path):
     src = copy_src(tmp_path)
-    before = codehash.digest(ROOTS, src)
-    epoch = src / "psrnn" / "epoch.py"
+    before = digests(src)
+    assert before == digests(codehash.SRC)  # a copy is the same code
+    epoch = src / PS / "epoch.py"
     text = epoch.read_text()
-    assert before == codehash.digest(ROOTS, codehash.SRC)  # a copy is the same code
     edited = text.replace('"""One training epoch', '"""Reworded: one training epoch', 1)
-    edited = edited.replace(
-        "EVAL_ANCHOR_SEED = 1234", "EVAL_ANCHOR_SEED  =  1234  # same, spaced\n# a comment"
+    epoch.write_text(
+        edited.replace("EVAL_ANCHOR_SEED = 1234", "EVAL_ANCHOR_SEED  =  1234  # same, spaced\n# a comment")
     )
-    epoch.write_text(edited)
-    assert codehash.digest(ROOTS, src) == before
+    assert digests(src) == before
     epoch.write_text(text.replace("EVAL_ANCHOR_SEED = 1234", "EVAL_ANCHOR_SEED = 1235"))
-    assert codehash.digest(ROOTS, src)["digest"] != before["digest"]
-    # a module the training jobs do not import changes none of their digest
-    report = src / "psrnn" / "results" / "report.py"
-    report.write_text(report.read_text() + "\nX = 1\n")
+    assert digests(src)["psrnn-train"] != before["psrnn-train"]
     epoch.write_text(text)
-    assert codehash.digest(ROOTS, src) == before
-    # nor does a new command in the CLI's table (the command that trains is its own module)
-    cli = src / "psrnn" / "cli.py"
-    table = "COMMANDS: dict[str, tuple[str, str]] = {"
-    assert cli.read_text().count(table) == 1
-    cli.write_text(cli.read_text().replace(table, table + '\n    "mine": ("mine", "my command"),'))
-    assert codehash.digest(ROOTS, src) == before
-    jobenv = src / "psrnn" / "jobenv.py"  # but the environment a job runs in is followed
+    # a module the training jobs do not import changes none of their digests
+    report = src / PS / "results" / "report.py"
+    report.write_text(report.read_text() + "\nX = 1\n")
+    after = digests(src)
+    assert after["psrnn-train"] == before["psrnn-train"] and after["psrnn-compile"] != before["psrnn-compile"]
+    # nor does the core (the command table, how files are written): what it decides
+    # reaches a run as its resolved settings, which the jobs carry beside the digest
+    report.write_text(report.read_text().removesuffix("\nX = 1\n"))
+    for core in ("cli.py", "files.py", "gpus.py", "config.py"):
+        (src / "psrnn" / core).write_text((src / "psrnn" / core).read_text() + "\nX = 1\n")
+    assert digests(src) == before
+    jobenv = src / "psrnn" / "engine" / "jobenv.py"  # but the environment a job runs in is followed
     jobenv.write_text(jobenv.read_text() + "\nX = 1\n")
-    assert codehash.digest(ROOTS, src)["digest"] != before["digest"]
+    assert digests(src)["psrnn-train"] != before["psrnn-train"] != digests(src)["relreg-train"]
+
+
+@pytest.mark.parametrize(
+    ("edited", "moves", "keeps"),
+    [
+        (f"{PS}/epoch.py", {"psrnn-train"}, {"relreg-train", "relreg-compile", "psrnn-data"}),
+        (f"{PS}/data/prepare.py", {"psrnn-data"}, {"relreg-train", "relreg-compile"}),  # runs read its output
+        ("psrnn/studies/relreg/proto.py", {"relreg-train"}, {"psrnn-train", "psrnn-compile", "psrnn-data"}),
+        (
+            "psrnn/studies/relreg/verdicts.py",
+            {"relreg-compile"},
+            {"relreg-train", "psrnn-train", "psrnn-compile"},
+        ),
+        ("psrnn/engine/fit.py", {"psrnn-train", "relreg-train"}, {"psrnn-compile", "relreg-compile"}),
+        ("psrnn/report/stats.py", {"psrnn-compile", "relreg-compile"}, {"psrnn-train", "relreg-train"}),
+    ],
+)
+def test_an_edit_moves_the_digests_of_its_own_study_only(tmp_path, edited, moves, keeps):
+    """The measured leak of the flat layout: an edit to one study's module moved the other
+    study's training digest (every one of its runs would re-train). Now a study's training
+    digest is the engine and its own folder; its compile digest the report toolkit and its
+    own folder."""
+    src = copy_src(tmp_path)
+    before = digests(src)
+    path = src / edited
+    path.write_text(path.read_text() + "\nCHANGED = 1\n")
+    after = digests(src)
+    assert {n for n in before if after[n] != before[n]} == moves
+    assert not keeps & moves
+
+
+def test_a_pure_move_or_rename_of_modules_changes_no_digest(tmp_path):
+    """Digests hash content, not paths: moving relreg's cells into a subpackage and renaming
+    the engine's run-log module (every import rewritten, the same local names) re-trains
+    nothing; importing a name from another module than before does."""
+    src = copy_src(tmp_path)
+    before = digests(src)
+    relreg = src / "psrnn" / "studies" / "relreg"
+    (relreg / "cells").mkdir()
+    (relreg / "cells" / "__init__.py").write_text('"""Cells."""\n')
+    for cell in ("proto", "lstm"):
+        (relreg / f"{cell}.py").rename(relreg / "cells" / f"{cell}.py")
+    (src / "psrnn" / "engine" / "runlog.py").rename(src / "psrnn" / "engine" / "records.py")
+    for path in (src / "psrnn").rglob("*.py"):
+        text = path.read_text()
+        new = (
+            text.replace("psrnn.studies.relreg.proto", "psrnn.studies.relreg.cells.proto")
+            .replace("psrnn.studies.relreg.lstm", "psrnn.studies.relreg.cells.lstm")
+            .replace("from psrnn.engine.runlog import", "from psrnn.engine.records import")
+        )
+        if new != text:
+            path.write_text(new)
+    assert {m for m in codehash.digest(*JOBS["relreg-train"], src)["modules"] if "cells" in m} == {
+        "psrnn.studies.relreg.cells",
+        "psrnn.studies.relreg.cells.proto",
+        "psrnn.studies.relreg.cells.lstm",
+    }
+    after = digests(src)
+    # the new package's __init__ is new code in relreg's training closure; nothing else moved
+    assert {n for n in before if after[n] != before[n]} <= {"relreg-train"}
+    (relreg / "cells" / "__init__.py").unlink()  # a namespace package: no new code at all
+    assert digests(src) == before
+    # the same names imported from elsewhere is other code
+    models = relreg / "models.py"
+    assert "from psrnn.studies.relreg.cells.lstm import LSTMModel" in models.read_text()
+    edit(
+        models,
+        "from psrnn.studies.relreg.cells.lstm import LSTMModel",
+        "from psrnn.studies.relreg.rmc import RMCModel as LSTMModel",
+    )
+    assert digests(src)["relreg-train"] != before["relreg-train"]
 
 
 def test_the_digests_follow_the_imports_of_each_jobs_entry_points():
-    train = codehash.digest(ROOTS)["modules"]
-    assert {"psrnn.engine", "psrnn.study", "psrnn.epoch", "psrnn.models", "psrnn.checkpoint"} <= set(train)
-    assert not set(train) & (codehash.WORKFLOW | {"psrnn.results.report", "psrnn.relreg.training"})
-    relreg = codehash.digest(codehash.entry_points()["relreg-train"])["modules"]
-    assert {"psrnn.relreg.study", "psrnn.relreg.training", "psrnn.relreg.proto"} <= set(relreg)
-    compile_ = codehash.digest(codehash.entry_points()["psrnn-compile"])["modules"]
-    assert "psrnn.results.figures" in compile_ and "psrnn.epoch" not in compile_
+    train = codehash.digest(*JOBS["psrnn-train"])["modules"]
+    assert {
+        "psrnn.engine.fit",
+        "psrnn.engine.group",
+        "psrnn.studies.private_shared.hooks",
+        "psrnn.studies.private_shared.epoch",
+        "psrnn.studies.private_shared.models",
+        "psrnn.engine.checkpoint",
+    } <= set(train)
+    assert all(m.startswith(("psrnn.engine", "psrnn.studies.private_shared")) for m in train)
+    assert not set(train) & (codehash.WORKFLOW | {"psrnn.studies.private_shared.results.report"})
+    relreg = codehash.digest(*JOBS["relreg-train"])["modules"]
+    assert {
+        "psrnn.studies.relreg.hooks",
+        "psrnn.studies.relreg.training",
+        "psrnn.studies.relreg.proto",
+    } <= set(relreg)
+    assert all(m.startswith(("psrnn.engine", "psrnn.studies.relreg")) for m in relreg)
+    compile_ = codehash.digest(*JOBS["psrnn-compile"])["modules"]
+    assert {"psrnn.studies.private_shared.results.figures", "psrnn.report.figures"} <= set(compile_)
+    assert "psrnn.studies.private_shared.epoch" not in compile_
 
 
 def test_every_training_job_carries_its_studys_training_digest():

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from psrnn import config as C
+from psrnn.studies.private_shared import settings as S
 
 PAPER = C.ROOT / "config" / "paper.yaml"
 SMALL = C.ROOT / "config" / "small.yaml"
@@ -98,7 +99,7 @@ def test_a_dataset_no_experiment_trains_on_is_not_prepared_nor_reported():
 def test_small_config_is_small_and_has_every_family():
     cfg = C.load_suite(SMALL)
     assert cfg["paper_scale"] is False and len(cfg["seeds"]) == 2
-    assert set(C.enabled_datasets(cfg)) == set(C.DATASETS)
+    assert set(C.enabled_datasets(cfg)) == set(S.DATASETS)
     runs = [C.resolve_run(cfg, n, 0) for n in C.enabled_experiments(cfg)]
     assert {r.shared for r in runs} >= {0.0, 1.0} and any(0 < r.shared < 1 for r in runs)
     assert any(set(r.tasks) == {"pred", "rec"} and r.has_aux for r in runs)
@@ -233,7 +234,7 @@ def test_paper_parameter_counts_are_near_the_papers(capsys):
     size at the 0 % row, so its decoders (one 1-layer GRU of size r per task) fall short
     of the paper's at high shared proportions: within 15 %, and never above."""
     from psrnn.cli import main
-    from psrnn.config_cli import param_table
+    from psrnn.studies.private_shared.params import param_table
 
     cfg = C.load_suite(PAPER_DBPEDIA)
     reference = yaml.safe_load((C.ROOT / "config" / "reference.yaml").read_text())
@@ -316,8 +317,10 @@ def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
     because Snakemake (`configfile:`) and results/collect.py read them with that one."""
     assert C.read_yaml(path) == yaml.safe_load(path.read_text())
     raw = C.load_yaml(path)
-    if "recipes" in raw:  # a recipe study (psrnn.recipe): its suite config and every run resolve
-        from psrnn import recipe
+    if (
+        "recipes" in raw
+    ):  # a recipe study (psrnn.studies.private_shared.recipe): its suite config and every run resolve
+        from psrnn.studies.private_shared import recipe
 
         assert recipe.recipe_configs(recipe.load_study(path), "data")
     elif "experiments" in raw:
@@ -503,7 +506,7 @@ def test_schema_run_properties_are_the_runconfig_fields():
 
     schema = C.load_yaml(C.SCHEMA_PATH)
     props = set(schema["$defs"]["run"]["properties"])
-    fields = {f.name for f in dataclasses.fields(C.RunConfig)}
+    fields = {f.name for f in dataclasses.fields(S.RunConfig)}
     assert props == (fields - {"seed"}) | set(C.EXPERIMENT_META)
 
 
@@ -514,9 +517,9 @@ def test_literal_run_fields_are_the_schema_enums(study):
     import dataclasses
     import typing
 
-    from psrnn import studies
+    from psrnn import registry
 
-    cls = studies.load(studies.STUDIES[study].run_config)
+    cls = registry.load(registry.STUDIES[study].run_config)
     hints = typing.get_type_hints(cls)
     run = C.suite_schema(study)["$defs"]["run"]["properties"]
     assert set(run) == ({f.name for f in dataclasses.fields(cls)} - {"seed"}) | set(C.EXPERIMENT_META)

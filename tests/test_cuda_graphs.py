@@ -1,4 +1,5 @@
-"""CUDA graphs in training (RunConfig.cuda_graphs, psrnn.epoch.GraphedPieces), on the CPU.
+"""CUDA graphs in training (RunConfig.cuda_graphs, psrnn.studies.private_shared.epoch.GraphedPieces), on
+the CPU.
 
 A real graph needs a GPU (`python -m psrnn bench --only options` measures it there and
 checks the graphed run trains the very parameters of the eager one). Here: which shapes
@@ -14,9 +15,11 @@ import pytest
 import torch
 from test_training import quiet, read_history, small_cfg, stable, write_images, write_text
 
-from psrnn import config as C
-from psrnn import epoch, training
-from psrnn.checkpoint import config_differences
+from psrnn.engine.checkpoint import config_differences
+from psrnn.engine.fit import fit
+from psrnn.studies.private_shared import epoch
+from psrnn.studies.private_shared import settings as S
+from psrnn.studies.private_shared.models import build_model
 
 
 def cpu_graph(module, sample_args, allow_unused_input=False, warmup=3):
@@ -117,7 +120,7 @@ def test_a_shape_is_graphed_the_second_time_it_comes_and_at_most_limit_shapes_ar
 
 def test_losses_on_a_cpu_are_eager_whatever_the_setting(tmp_path):
     data = write_images(tmp_path / "d")
-    model = training.build_model(small_cfg(data), "continuous", 1, 3)
+    model = build_model(small_cfg(data), "continuous", 1, 3)
     for flag in (True, False):
         losses = epoch.piece_losses(model, small_cfg(data, cuda_graphs=flag), torch.device("cpu"))
         assert type(losses) is epoch.PieceLoss
@@ -141,9 +144,9 @@ def test_training_through_the_graphed_path_is_the_eager_run_bit_for_bit(
     else:
         data = write_text(tmp_path / "data", sizes=(64, 16, 16))
         cfg = small_cfg(data, dataset="imdb", window=4, **extra)
-    eager = training.train(dataclasses.replace(cfg, cuda_graphs=False), tmp_path / "eager", log=quiet)
+    eager = fit(dataclasses.replace(cfg, cuda_graphs=False), tmp_path / "eager", log=quiet)
     assert graphed_on_cpu == []
-    graphed = training.train(cfg, tmp_path / "graphed", log=quiet)
+    graphed = fit(cfg, tmp_path / "graphed", log=quiet)
     (pieces,) = graphed_on_cpu
     # the full batches' shape came back every epoch: it was graphed, and replayed
     assert pieces.graphs and all(len(g.calls) >= 2 for g in pieces.graphs.values())
@@ -156,7 +159,7 @@ def test_training_through_the_graphed_path_is_the_eager_run_bit_for_bit(
 
 
 def test_cuda_graphs_is_a_boolean_setting_a_run_may_change_and_resume():
-    assert C.RunConfig().cuda_graphs is True
-    a, b = C.RunConfig(cuda_graphs=True), C.RunConfig(cuda_graphs=False)
+    assert S.RunConfig().cuda_graphs is True
+    a, b = S.RunConfig(cuda_graphs=True), S.RunConfig(cuda_graphs=False)
     assert config_differences(a.to_dict(), b) == []  # resume-exempt: the same numbers
     assert config_differences(dataclasses.replace(a, hidden=3).to_dict(), b) != []

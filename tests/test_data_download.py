@@ -15,9 +15,9 @@ from psrnn import config as C
 from psrnn import files
 from psrnn import workflow as W
 from psrnn.cli import UserError, main
-from psrnn.data import download as D
-from psrnn.data.fixtures import write_fixtures
-from psrnn.data.sources import SOURCES
+from psrnn.studies.private_shared.data import download as D
+from psrnn.studies.private_shared.data.fixtures import write_fixtures
+from psrnn.studies.private_shared.data.sources import SOURCES
 
 MNIST = SOURCES["mnist"].files
 

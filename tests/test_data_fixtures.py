@@ -11,9 +11,9 @@ import pytest
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from psrnn.cli import main
-from psrnn.data import fixtures
-from psrnn.data.download import parse_md5sums
-from psrnn.data.sources import SOURCES
+from psrnn.studies.private_shared.data import fixtures
+from psrnn.studies.private_shared.data.download import parse_md5sums
+from psrnn.studies.private_shared.data.sources import SOURCES
 
 
 @pytest.fixture(scope="module")

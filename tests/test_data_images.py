@@ -14,10 +14,10 @@ from torchvision.datasets.mnist import read_image_file, read_label_file
 from psrnn import files
 from psrnn.cli import UserError, main
 from psrnn.config import ConfigError
-from psrnn.data import load_split, read_manifest
-from psrnn.data import prepare as P
-from psrnn.data.download import download
-from psrnn.data.fixtures import gzip_bytes, idx_bytes, tar_gz_bytes, write_fixtures
+from psrnn.studies.private_shared.data import load_split, read_manifest
+from psrnn.studies.private_shared.data import prepare as P
+from psrnn.studies.private_shared.data.download import download
+from psrnn.studies.private_shared.data.fixtures import gzip_bytes, idx_bytes, tar_gz_bytes, write_fixtures
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import contextlib
 import pytest
 
 from psrnn import config as C
-from psrnn.data import load_split
-from psrnn.data import prepare as P
-from psrnn.data.download import download
-from psrnn.data.sources import source
 from psrnn.errors import UserError
+from psrnn.studies.private_shared.data import load_split
+from psrnn.studies.private_shared.data import prepare as P
+from psrnn.studies.private_shared.data.download import download
+from psrnn.studies.private_shared.data.sources import source
 
 CONFIG = C.ROOT / "config" / "quick-imdb.yaml"
 ARCHIVE = C.ROOT.parent / "shared" / "data" / "imdb" / "aclImdb_v1.tar.gz"

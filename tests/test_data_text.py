@@ -12,10 +12,10 @@ from psrnn import files
 from psrnn import workflow as W
 from psrnn.cli import UserError, main
 from psrnn.config import ConfigError
-from psrnn.data import load_split, read_manifest
-from psrnn.data import prepare as P
-from psrnn.data.download import download
-from psrnn.data.fixtures import DBPEDIA_CLASSES, tar_gz_bytes, write_fixtures
+from psrnn.studies.private_shared.data import load_split, read_manifest
+from psrnn.studies.private_shared.data import prepare as P
+from psrnn.studies.private_shared.data.download import download
+from psrnn.studies.private_shared.data.fixtures import DBPEDIA_CLASSES, tar_gz_bytes, write_fixtures
 
 
 @pytest.fixture(scope="module")

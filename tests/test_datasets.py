@@ -1,4 +1,5 @@
-"""The dataset registry (psrnn.datasets) is the one place each dataset's facts live: the
+"""The dataset registry (psrnn.studies.private_shared.datasets) is the one place each dataset's facts
+live: the
 config, the schema, the workflow and every data module agree with it, and data prepared
 from the fixtures has the shape its row says."""
 
@@ -8,18 +9,19 @@ import sys
 import pytest
 
 from psrnn import config as C
-from psrnn.data import fixtures, read_manifest
-from psrnn.data import prepare as P
-from psrnn.data.fixtures import write_fixtures
-from psrnn.data.readers import READERS
-from psrnn.data.sources import SOURCES
-from psrnn.datasets import REGISTRY
+from psrnn.studies.private_shared import settings as S
+from psrnn.studies.private_shared.data import fixtures, read_manifest
+from psrnn.studies.private_shared.data import prepare as P
+from psrnn.studies.private_shared.data.fixtures import write_fixtures
+from psrnn.studies.private_shared.data.readers import READERS
+from psrnn.studies.private_shared.data.sources import SOURCES
+from psrnn.studies.private_shared.datasets import REGISTRY
 
 NAMES = ["mnist", "fmnist", "cifar10", "imdb", "dbpedia"]
 
 
 def test_the_registry_names_the_datasets_in_order():
-    assert list(REGISTRY) == NAMES and C.DATASETS == tuple(NAMES)
+    assert list(REGISTRY) == NAMES and S.DATASETS == tuple(NAMES)
     assert all(ds.name == name for name, ds in REGISTRY.items())
 
 
@@ -152,7 +154,7 @@ def test_the_schema_enums_list_the_registry():
 def test_min_length_of_the_committed_configs(config, lengths):
     """The values config.min_length had as an if-chain, before the registry."""
     cfg = C.load_suite(C.ROOT / "config" / config)
-    assert {d: C.min_length(cfg, d) for d in cfg["datasets"]} == lengths
+    assert {d: S.min_length(cfg, d) for d in cfg["datasets"]} == lengths
 
 
 @pytest.mark.parametrize(
@@ -165,7 +167,7 @@ def test_min_length_of_the_committed_configs(config, lengths):
     ],
 )
 def test_min_length_follows_the_prepare_options(dataset, prepare, length):
-    assert C.min_length({"datasets": {dataset: {"prepare": prepare}}}, dataset) == length
+    assert S.min_length({"datasets": {dataset: {"prepare": prepare}}}, dataset) == length
 
 
 def test_windows_may_outrun_only_short_texts():

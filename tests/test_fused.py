@@ -1,4 +1,4 @@
-"""Fused runs (psrnn.fused, psrnn.relreg.fused): a group of runs trained as one batched
+"""Fused runs (psrnn.engine.group, psrnn.studies.relreg.fused): a group of runs trained as one batched
 model gives each run the numbers it gets alone, keeps each run's folder, and resumes per
 member.
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from psrnn import config as C
-from psrnn import groups
-from psrnn.checkpoint import read_checkpoint
-from psrnn.engine import fit
-from psrnn.fused import Job, fit_group
-from psrnn.relreg.config import RelRegConfig
+from psrnn.engine import groups
+from psrnn.engine.checkpoint import read_checkpoint
+from psrnn.engine.fit import fit
+from psrnn.engine.group import Job, fit_group
+from psrnn.studies.relreg.settings import RelRegConfig
 
 LOSS_RTOL = 1e-4
 TINY = dict(epochs=3, train_size=64, batch_size=16, valid_bits=(4, 5), test_bits=(6, 8), test_count=32)
@@ -162,8 +162,8 @@ def test_groups_are_shapes_cut_to_size():
 
 def test_the_batched_model_is_the_models_equations():
     """One forward of two stacked proto models = each model's own forward."""
-    from psrnn.relreg.fused import Batched
-    from psrnn.relreg.models import build_model
+    from psrnn.studies.relreg.fused import Batched
+    from psrnn.studies.relreg.models import build_model
 
     torch.manual_seed(0)
     runs = grid("proto")[:2]
@@ -194,8 +194,8 @@ TRANSFORMER = dict(hidden=16, cells=1, key_size=4, heads=2, layers=2, noise=0.0)
 def test_the_batched_rmc_and_transformer_are_their_models_equations(kind, setting, value, shape):
     """One forward of two stacked models = each one's own: the relational memory's attention,
     MLP and gates per step; torch's Transformer encoder layers, with or without the mask."""
-    from psrnn.relreg.fused import Batched
-    from psrnn.relreg.models import build_model
+    from psrnn.studies.relreg.fused import Batched
+    from psrnn.studies.relreg.models import build_model
 
     torch.manual_seed(0)
     runs = [dataclasses.replace(r, **{setting: value}) for r in grid(kind)[:2]]
@@ -211,7 +211,7 @@ def test_the_batched_rmc_and_transformer_are_their_models_equations(kind, settin
 def test_a_member_whose_loss_goes_non_finite_ends_at_its_best_epoch(tmp_path, monkeypatch):
     """As engine.fit ends a lone run (tests/test_study_contract.py): the member's result is
     its best epoch so far, the other members train on with their own numbers."""
-    from psrnn.relreg import fused as relreg_fused
+    from psrnn.studies.relreg import fused as relreg_fused
 
     real, calls = relreg_fused.Batched.train_epoch, []
 
@@ -242,11 +242,11 @@ def test_a_member_whose_loss_goes_non_finite_ends_at_its_best_epoch(tmp_path, mo
 
 @pytest.mark.parametrize("optimizer, lr", [("adam", 0.01), ("sgd", 0.5)])
 def test_a_members_optimizer_state_is_torch_optims(optimizer, lr):
-    """psrnn.relreg.fused.OptimizerState holds what torch.optim's optimizer at the run's rate
+    """psrnn.studies.relreg.fused.OptimizerState holds what torch.optim's optimizer at the run's rate
     holds after as many steps: the same state_dict (groups and per-parameter state), and
     each takes the other's (the member's checkpoint resumes alone, an alone one in a group)."""
-    from psrnn.relreg.fused import Batched, OptimizerState
-    from psrnn.relreg.models import build_model
+    from psrnn.studies.relreg.fused import Batched, OptimizerState
+    from psrnn.studies.relreg.models import build_model
 
     run = dataclasses.replace(grid("lstm")[0], optimizer=optimizer, lr=lr)
     torch.manual_seed(0)
@@ -287,8 +287,8 @@ def test_a_fused_group_does_not_import_torch_dynamo(tmp_path):
     code = (
         "import sys, dataclasses\n"
         "from pathlib import Path\n"
-        "from psrnn.fused import Job, fit_group\n"
-        "from psrnn.relreg.config import RelRegConfig\n"
+        "from psrnn.engine.group import Job, fit_group\n"
+        "from psrnn.studies.relreg.settings import RelRegConfig\n"
         f"base = RelRegConfig(model='lstm', hidden=6, **{TINY!r})\n"
         "runs = [dataclasses.replace(base, seed=s) for s in (0, 1)]\n"
         f"fit_group([Job(r, Path({str(tmp_path)!r}) / f'm{{i}}', {{}}) for i, r in enumerate(runs)],"

@@ -12,10 +12,10 @@ import warnings
 import pytest
 import torch
 
-from psrnn import models
-from psrnn.config import RunConfig
-from psrnn.decoders import GRUDecoder, block_diagonal, fused_gru_weights
-from psrnn.models import build_model, sample_anchors
+from psrnn.studies.private_shared import models
+from psrnn.studies.private_shared.decoders import GRUDecoder, block_diagonal, fused_gru_weights
+from psrnn.studies.private_shared.models import build_model, sample_anchors
+from psrnn.studies.private_shared.settings import RunConfig
 
 
 def cfg_(**kw) -> RunConfig:

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from psrnn import config as C
-from psrnn import groups
 from psrnn import workflow as W
+from psrnn.engine import groups
 
 pytestmark = pytest.mark.slow
 

@@ -50,6 +50,15 @@ def test_one_visible_device_claims_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_lock_folder_that_is_a_file_is_one_line_naming_the_variable(tmp_path, monkeypatch):
+    lock = tmp_path / "locks"
+    lock.write_text("")
+    monkeypatch.setenv(gpus.LOCKS_ENV, str(lock))
+    with pytest.raises(UserError, match=r"^PSRNN_GPU_LOCKS=.*locks: is a file, not a folder"):
+        gpus.claim(2)
+    assert lock.read_text() == ""
+
+
 def test_a_claim_is_held_until_released(tmp_path):
     assert gpus.claim(2, tmp_path) == 0
     assert gpus.claim(2, tmp_path) == 1  # a second job in this process gets the other

@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from psrnn import config as C
-from psrnn.data.fixtures import write_fixtures
+from psrnn.studies.private_shared.data.fixtures import write_fixtures
 
 SCRIPT = C.ROOT / "results" / "quick-imdb" / "gpu-10min.sh"
 CONFIG = C.ROOT / "config" / "quick-imdb-10min.yaml"

@@ -1,4 +1,5 @@
-"""The 'auxiliary task inert' flag (psrnn.results.inert): each run's auxiliary loss against the
+"""The 'auxiliary task inert' flag (psrnn.studies.private_shared.results.inert): each run's auxiliary
+loss against the
 floor of the best constant prediction, from the prepared training split. Constructed cases
 with hand-computed floors; the real-review A/B (results/recipe/imdb-decoder/) where
 ../shared holds the reviews."""
@@ -13,8 +14,8 @@ import torch
 from test_training import write_images, write_manifest
 
 from psrnn import config as C
-from psrnn.results import inert
-from psrnn.results.collect import Run, Suite
+from psrnn.report.collect import Run, Suite
+from psrnn.studies.private_shared.results import inert
 
 ARCHIVE = C.ROOT.parent / "shared" / "data" / "imdb" / "aclImdb_v1.tar.gz"
 
@@ -92,7 +93,7 @@ def test_on_real_reviews_estimate_fed_decoders_are_inert_and_teacher_forced_ones
     """The committed A/B (results/recipe/imdb-decoder/, 3,000 reviews cut to 300 characters):
     the floor from the same cut of the real reviews; the flag is quiet on the
     teacher-forced run and raised on the estimate-fed one."""
-    from psrnn.data.prepare import prepare
+    from psrnn.studies.private_shared.data.prepare import prepare
 
     out = tmp_path / "prepared"
     opts = {"max_length": 300, "train": 3000, "valid": 1000, "test": 1000}

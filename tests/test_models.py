@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from psrnn import config as C
-from psrnn.config import ConfigError, RunConfig
-from psrnn.decoders import AuxDecoder
-from psrnn.models import (
+from psrnn.config import ConfigError
+from psrnn.studies.private_shared import settings as S
+from psrnn.studies.private_shared.decoders import AuxDecoder
+from psrnn.studies.private_shared.models import (
     AUX_TASKS,
     PSRNN,
     ModelConfig,
@@ -30,7 +31,8 @@ from psrnn.models import (
     sample_anchors,
     window_positions,
 )
-from psrnn.naive import NaivePSRNN
+from psrnn.studies.private_shared.naive import NaivePSRNN
+from psrnn.studies.private_shared.settings import RunConfig
 
 
 def cfg_(**kw) -> RunConfig:
@@ -107,7 +109,7 @@ def test_model_config_refuses_a_model_it_cannot_build(change, match):
 
 def test_config_and_schema_offer_exactly_the_tasks_of_the_table():
     # config.py and config/schema.yaml do not import torch, so they name the tasks themselves
-    assert C.TASKS == tuple(AUX_TASKS)
+    assert S.TASKS == tuple(AUX_TASKS)
     assert C.suite_schema()["$defs"]["run"]["properties"]["tasks"]["items"]["enum"] == list(AUX_TASKS)
 
 
@@ -548,7 +550,7 @@ def test_torch_init_is_pytorchs_default_and_init_is_part_of_the_random_stream():
 
 def test_unknown_init_is_named():
     with pytest.raises(ConfigError, match="init='xavier'"):
-        from psrnn.config import check_run
+        from psrnn.studies.private_shared.settings import check_run
 
         check_run(cfg_(init="xavier"))
 

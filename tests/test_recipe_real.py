@@ -15,9 +15,9 @@ import gzip
 import pytest
 
 from psrnn import config as C
-from psrnn import recipe as R
 from psrnn.cli import UserError
-from psrnn.data.digits import split_digits
+from psrnn.studies.private_shared import recipe as R
+from psrnn.studies.private_shared.data.digits import split_digits
 
 DIGITS = C.ROOT.parent / "shared" / "data" / "mnist-test"
 needs_digits = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""The regression check (psrnn.regression, `python -m psrnn check`): run ids, exact and
+"""The regression check (psrnn.engine.regression, `python -m psrnn check`): run ids, exact and
 tolerant comparison, missing/new/unfinished runs, --update then pass then fail."""
 
 import json
@@ -7,9 +7,9 @@ import yaml
 from suites import TINY, write_tiny
 
 from psrnn import config as C
-from psrnn import regression
 from psrnn.cli import main
-from psrnn.studies import STUDIES
+from psrnn.engine import regression
+from psrnn.registry import STUDIES
 
 # --- check -------------------------------------------------------------------------------------
 

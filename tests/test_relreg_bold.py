@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from psrnn.relreg.collect import REFERENCE_PATH
+from psrnn.studies.relreg.collect import REFERENCE_PATH
 from psrnn.yamlfiles import read_yaml
 
 REF = read_yaml(REFERENCE_PATH)
@@ -132,11 +132,11 @@ def test_printed_rows_are_the_seed_texts_rows():
 
 def test_the_thesis_rows_of_relreg_yaml_train_the_bolded_settings(tmp_path):
     """config/relreg.yaml's *_thesis experiments (Table 4.5 as the thesis trained it) set
-    exactly the readings above for their model (psrnn.relreg.results.thesis_differences,
+    exactly the readings above for their model (psrnn.studies.relreg.results.thesis_differences,
     which the table's caption uses); a changed value is named."""
     from psrnn import config as C
-    from psrnn.relreg import results as R
-    from psrnn.results.collect import load_reference
+    from psrnn.report.collect import load_reference
+    from psrnn.studies.relreg import results as R
 
     cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
     s = R.gather(cfg, load_reference(REFERENCE_PATH), tmp_path)  # no runs: settings from the config
@@ -158,7 +158,7 @@ def test_a_reference_file_with_a_syntax_error_is_one_line_with_its_place(tmp_pat
     """Both studies' reference files are read as the suite configs are: a YAML syntax error
     names file:line:column (it was a 65-line traceback), a missing file its path."""
     from psrnn.errors import UserError
-    from psrnn.results.collect import load_reference
+    from psrnn.report.collect import load_reference
 
     bad = tmp_path / "relreg-reference.yaml"
     text = REFERENCE_PATH.read_text().replace("table45:\n", "table45:\n  - id: [broken\n", 1)

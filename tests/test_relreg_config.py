@@ -5,9 +5,9 @@ import pytest
 
 from psrnn import config as C
 from psrnn import workflow as W
+from psrnn.engine.selection import overrides_for
 from psrnn.files import read_json
-from psrnn.relreg.config import RelRegConfig, with_defaults
-from psrnn.selection import overrides_for
+from psrnn.studies.relreg.settings import RelRegConfig, with_defaults
 
 RELREG = C.ROOT / "config" / "relreg.yaml"
 FULL = C.ROOT / "config" / "relreg-full.yaml"

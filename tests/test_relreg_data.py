@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from psrnn.relreg.data import START, counter_split, increment, numbers_for, to_bits, training_split
+from psrnn.studies.relreg.data import START, counter_split, increment, numbers_for, to_bits, training_split
 
 
 @pytest.mark.parametrize("bits", [1, 3, 6, 10])

@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from psrnn.relreg.lstm import LSTMModel
-from psrnn.relreg.models import CLASSES, MODELS, VOCAB, build_model
-from psrnn.relreg.proto import ProtoLSTM, ProtoLSTMCell
-from psrnn.relreg.regularizers import cell_noncell_l2, cell_parameters, l2, penalty
-from psrnn.relreg.rmc import RMCModel
-from psrnn.relreg.transformer import TransformerModel
+from psrnn.studies.relreg.lstm import LSTMModel
+from psrnn.studies.relreg.models import CLASSES, MODELS, VOCAB, build_model
+from psrnn.studies.relreg.proto import ProtoLSTM, ProtoLSTMCell
+from psrnn.studies.relreg.regularizers import cell_noncell_l2, cell_parameters, l2, penalty
+from psrnn.studies.relreg.rmc import RMCModel
+from psrnn.studies.relreg.transformer import TransformerModel
 
 SMALL = dict(hidden=8, cells=3, key_size=4, heads=2, layers=2, noise=0.0)
 

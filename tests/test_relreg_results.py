@@ -1,4 +1,4 @@
-"""Tests of the second study's results (psrnn.relreg.results): Table 4.5, Figures 4.1-4.4,
+"""Tests of the second study's results (psrnn.studies.relreg.results): Table 4.5, Figures 4.1-4.4,
 REPORT.md and metrics.json, compiled from run folders written here by hand.
 
     .venv/bin/python -m pytest tests/test_relreg_results.py -q
@@ -25,13 +25,13 @@ import yaml
 
 from psrnn import config as C
 from psrnn.cli import main
-from psrnn.relreg import ablations as A
-from psrnn.relreg import report
-from psrnn.relreg import results as R
-from psrnn.relreg.figures import color_key, loading_run
-from psrnn.results import output_paths
-from psrnn.results.collect import load_reference
-from psrnn.results.fmt import DASH
+from psrnn.registry import study_of
+from psrnn.report.collect import load_reference
+from psrnn.report.fmt import DASH
+from psrnn.studies.relreg import ablations as A
+from psrnn.studies.relreg import report
+from psrnn.studies.relreg import results as R
+from psrnn.studies.relreg.figures import color_key, loading_run
 
 BITS = (6, 8, 10, 12, 14, 16)
 REF = load_reference(R.REFERENCE_PATH)
@@ -297,7 +297,7 @@ def test_missing_experiments_and_runs_never_crash(tmp_path, monkeypatch):
 
 def test_every_output_is_written_and_dispatched(compiled):
     cfg, out, written = compiled
-    assert sorted(written) == sorted(R.output_paths(cfg)) == sorted(output_paths(cfg))
+    assert sorted(written) == sorted(R.output_paths(cfg)) == sorted(study_of(cfg).output_paths(cfg))
     assert all((out.parents[1] / p).stat().st_size > 0 for p in written)
     assert {p.suffix for p in written if p.parent.name == "figures"} == {".pdf", ".png", ".svg"}
 
@@ -438,7 +438,7 @@ def report_module_counts(s) -> dict[str, int]:
 
 @pytest.mark.parametrize("bits", range(1, 11))
 def test_copy_baseline_is_the_enumerated_bit_accuracy_of_copying(bits):
-    from psrnn.relreg.data import increment, to_bits
+    from psrnn.studies.relreg.data import increment, to_bits
 
     same = sum(a == b for n in range(2**bits) for a, b in zip(to_bits(n, bits), increment(to_bits(n, bits))))
     assert report.copy_bit_accuracy(bits) == pytest.approx(100 * same / (bits * 2**bits), abs=1e-9)
@@ -612,7 +612,7 @@ def test_the_sweep_figures_keep_legends_off_the_curves_and_style_a_second_settin
     """Figures 4.1/4.2 on the committed runs: every panel's legend lies below its axes, the
     learning rate is told apart by line style beside the regulariser's colour; Figure 4.4's
     stacked histograms run from epoch 0 at the bottom, as its map does."""
-    from psrnn.relreg import figures as F
+    from psrnn.studies.relreg import figures as F
 
     monkeypatch.chdir(C.ROOT)
     cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
@@ -639,7 +639,7 @@ def test_dense_sweeps_fade_their_lines_and_draw_each_colours_median(monkeypatch)
     each regulariser value's median over its points is drawn thick, with its value at 14 bits
     in the legend; every panel of the figure alike, so that they compare. Here DENSE is set
     below the committed relreg runs' 30 proto_l2 points."""
-    from psrnn.relreg import figures as F
+    from psrnn.studies.relreg import figures as F
 
     monkeypatch.chdir(C.ROOT)
     cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
@@ -669,7 +669,7 @@ def test_dense_sweeps_fade_their_lines_and_draw_each_colours_median(monkeypatch)
 def test_compare_with_sets_each_selection_beside_the_other_suites(tmp_path, monkeypatch):
     """config/relreg-full.yaml's `compare_with: relreg.yaml`: REPORT.md's table of both
     suites' grids, tie sets and test accuracy at 14 bits, per shared grid experiment."""
-    from psrnn.relreg import compare
+    from psrnn.studies.relreg import compare
 
     monkeypatch.chdir(tmp_path)
     cfg = {**make_tree(tmp_path), "compare_with": "cut.yaml"}  # rr: lstm_l2 selected l2-0.001_lr-0.01
@@ -696,7 +696,7 @@ def test_compare_with_sets_each_selection_beside_the_other_suites(tmp_path, monk
 
 def test_a_final_run_that_reused_its_search_run_is_counted_once(tmp_path, monkeypatch):
     """metrics.json's reused_from: the run's time is its search run's, left out of the final
-    runs' compute and said so (psrnn.results.report.hours, shared by both studies)."""
+    runs' compute and said so (psrnn.studies.private_shared.results.report.hours, shared by both studies)."""
     cfg = make_tree(tmp_path)
     [path] = sorted((tmp_path / C.results_root(cfg) / "runs" / "lstm_l2").glob("seed0/metrics.json"))
     m = json.loads(path.read_text())
@@ -717,7 +717,7 @@ def test_tie_sets_show_what_the_search_cannot_tell_apart(tmp_path):
     """REPORT.md's tie-set table: lstm_l2's two grid points tied at 100 % validation (l2 = 0 at
     50 %, l2 = 0.001 at 60 % at 14 bits, search seed), its final runs (both at l2 = 0.001, 50
     and 70 %), against the thesis' 99.49 %."""
-    from psrnn.relreg import ties
+    from psrnn.studies.relreg import ties
 
     cfg = make_tree(tmp_path)
     root = tmp_path / C.results_root(cfg)
@@ -763,7 +763,7 @@ def _sweep_tree(root: Path, proto_grid: dict, proto_acc: list[float], paper_scal
 def test_the_sweep_claims_are_tested_on_the_figures_grid_points(tmp_path):
     """Figure 4.1's claim (proto_l2 more robust over the sweep than lstm_l2): paired by the
     settings but for the cells, 4 cells only, by a sign test; unpaired grids by Mann-Whitney U."""
-    from psrnn.relreg import robust
+    from psrnn.studies.relreg import robust
 
     l2 = [0.0, 0.0001, 0.001, 0.01, 0.1, 1.0]
     # cells 2 and 4 (l2 innermost): the 4-cell points, shown, beat every LSTM point by 0.05;
@@ -830,7 +830,7 @@ def test_a_report_from_cut_grids_says_so_above_everything(tmp_path):
     """A Table 4.5 experiment whose grid leaves out shapes or values of the thesis' table for
     its model is named in a banner; one with the table in full (a regulariser it leaves at 0
     excepted) is not, and a small config gets the small config's banner instead."""
-    from psrnn.relreg.collect import cut_grids
+    from psrnn.studies.relreg.collect import cut_grids
 
     cfg = make_tree(tmp_path, runs=False)
     root = tmp_path / C.results_root(cfg)
@@ -865,8 +865,8 @@ def test_stale_finds_runs_of_other_settings_and_forget_has_them_trained_again(tm
     """Run folders another experiment left (dvc exp apply): a final run and a search run
     recorded with another lr. `stale` names them; --forget removes their metrics.json and
     the search group's marker (Snakemake's records would have kept them), nothing else."""
-    from psrnn import groups
-    from psrnn.stale import stale_runs
+    from psrnn.engine import groups
+    from psrnn.engine.stale import stale_runs
 
     monkeypatch.chdir(tmp_path)
     cfg = {**make_tree(tmp_path), "fused_search": True}
@@ -900,8 +900,8 @@ def test_stale_code_lists_the_runs_other_training_code_trained(tmp_path, monkeyp
     """A run trained by hand or copied in has no Snakemake record of the code that made it:
     `stale --code` finds the suite's runs whose metrics.json records another training-code
     digest (runs without the field, from before it was recorded, are not listed)."""
-    from psrnn import codehash
-    from psrnn.stale import stale_runs
+    from psrnn.engine import codehash
+    from psrnn.engine.stale import stale_runs
 
     monkeypatch.chdir(tmp_path)
     cfg = make_tree(tmp_path)

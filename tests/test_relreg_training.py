@@ -10,10 +10,10 @@ import pytest
 
 from psrnn import config as C
 from psrnn.cli import main
-from psrnn.engine import fit
+from psrnn.engine.fit import fit
 from psrnn.files import read_json
-from psrnn.relreg import study as S
-from psrnn.relreg import training as T
+from psrnn.studies.relreg import hooks as S
+from psrnn.studies.relreg import training as T
 
 CI = str(C.ROOT / "config" / "relreg-ci.yaml")
 POINT = "l2_cell-0.001_l2_noncell-0.001_noise-0.1"
@@ -57,8 +57,8 @@ def test_final_run_reuses_its_search_run(tmp_path, capsys):
 
 def test_every_model_setting_reaches_the_model(tmp_path):
     """slots (RMC memory rows) is built as configured: the head reads slots x width units."""
-    from psrnn.relreg.config import RelRegConfig
-    from psrnn.relreg.models import build_model
+    from psrnn.studies.relreg.models import build_model
+    from psrnn.studies.relreg.settings import RelRegConfig
 
     cfg = RelRegConfig(
         model="rmc",
@@ -79,7 +79,7 @@ def test_every_model_setting_reaches_the_model(tmp_path):
 
 
 def test_causal_reaches_the_transformer(tmp_path, monkeypatch):
-    from psrnn.relreg.config import RelRegConfig
+    from psrnn.studies.relreg.settings import RelRegConfig
 
     built = {}
     real = S.build_model

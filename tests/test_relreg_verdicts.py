@@ -1,9 +1,9 @@
 """The second study's selection and verdict rules, on constructed numbers:
 
-- `ties: draw` (psrnn.selection): points tied at the best validation accuracy are drawn in a
+- `ties: draw` (psrnn.engine.selection): points tied at the best validation accuracy are drawn in a
   hash order, never ranked by their validation loss, so the unregularised point whose
   unpenalised loss is lowest is not picked for it;
-- the Table 4.5 verdict (psrnn.relreg.verdicts): a bootstrap interval, an equivalence
+- the Table 4.5 verdict (psrnn.studies.relreg.verdicts): a bootstrap interval, an equivalence
   margin, seeds at >= 99 % with an exact interval, and a cause for every cell that is not
   reproduced.
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 
 from psrnn import config as C
+from psrnn.engine.selection import draw_order, overrides_for, select
 from psrnn.errors import UserError
-from psrnn.relreg import verdicts as V
-from psrnn.results.stats import summarize, verdict
-from psrnn.selection import draw_order, overrides_for, select
+from psrnn.report.stats import summarize, verdict
+from psrnn.studies.relreg import verdicts as V
 
 # --- the tie rule ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Tests of `python -m psrnn compile` (psrnn.results) on synthetic run folders.
+"""Tests of `python -m psrnn compile` (psrnn.studies.private_shared.results) on synthetic run folders.
 
     uv run pytest tests/test_results.py -q
 
@@ -24,12 +24,11 @@ import pytest
 import yaml
 
 from psrnn import config as C
+from psrnn import registry
 from psrnn.cli import main
-from psrnn.results import output_paths, report, tables
-from psrnn.results.collect import gather, load_reference, manifest_stats
-from psrnn.results.fmt import DASH, SMALL_LABEL, ci
-from psrnn.results.numbers import claim_reading
-from psrnn.results.stats import (
+from psrnn.report.collect import gather, load_reference, manifest_stats
+from psrnn.report.fmt import DASH, SMALL_LABEL, ci
+from psrnn.report.stats import (
     LOSS,
     PERCENT,
     PP,
@@ -41,6 +40,8 @@ from psrnn.results.stats import (
     t_quantile,
     verdict,
 )
+from psrnn.studies.private_shared.results import report, tables
+from psrnn.studies.private_shared.results.numbers import claim_reading
 
 T975_2 = 4.302652729911275  # t quantile 0.975 with 2 degrees of freedom (3 seeds)
 T975_1 = 12.706204736174707  # ... with 1 degree of freedom (2 seeds)
@@ -499,7 +500,7 @@ def test_two_experiments_for_one_reference_row_get_two_rows(tmp_path):
 
 
 def test_square_and_mosaic_layout():
-    from psrnn.results.figures import mosaic, square
+    from psrnn.studies.private_shared.results.figures import mosaic, square
 
     sq = square(np.arange(196.0))
     assert sq.shape == (14, 14) and sq[1, 0] == 14.0  # row-major: t = 14 starts row 2
@@ -513,7 +514,7 @@ def test_square_and_mosaic_layout():
 
 
 def test_fig3_puts_shared_units_left_and_private_right(tmp_path):
-    from psrnn.results.figures import fig3_hidden_states, mosaic, square
+    from psrnn.studies.private_shared.results.figures import fig3_hidden_states, mosaic, square
 
     root = tmp_path
     s = load(root, make_suite(root, keep=("mnist_fig3",)))
@@ -533,7 +534,7 @@ def test_fig3_puts_shared_units_left_and_private_right(tmp_path):
 
 
 def test_fig2_has_an_accuracy_and_a_loss_panel_sharing_the_shared_proportion(tmp_path):
-    from psrnn.results.figures import fig2_shared_proportion
+    from psrnn.studies.private_shared.results.figures import fig2_shared_proportion
 
     s = load(tmp_path, make_suite(tmp_path, keep=("cifar_s50",), acc={"cifar_s50": {0: 0.40, 1: 0.45}}))
     fig = fig2_shared_proportion(s)
@@ -559,7 +560,7 @@ def test_fig2_has_an_accuracy_and_a_loss_panel_sharing_the_shared_proportion(tmp
 def test_fig2_is_byte_identical_when_compiled_twice(tmp_path):
     import matplotlib
 
-    from psrnn.results.figures import STYLE, fig2_shared_proportion, save
+    from psrnn.studies.private_shared.results.figures import STYLE, fig2_shared_proportion, save
 
     s = load(tmp_path, make_suite(tmp_path, keep=("cifar_s50",), acc={"cifar_s50": {0: 0.40, 1: 0.45}}))
     digests = []
@@ -571,7 +572,7 @@ def test_fig2_is_byte_identical_when_compiled_twice(tmp_path):
 
 
 def test_fig1_compares_gru_full_and_private_shared_of_one_dataset(tmp_path):
-    from psrnn.results.figures import fig1_models
+    from psrnn.studies.private_shared.results.figures import fig1_models
 
     s = load(tmp_path, make_suite(tmp_path))
     assert fig1_models(s) == [("gru", "mnist_gru", 0), ("full", "mnist_full", 0), ("ps", "mnist_ps", 0)]
@@ -756,7 +757,7 @@ def test_small_config_is_never_a_reproduction(tmp_path):
         assert SMALL_LABEL in tables.to_markdown(t, s)
         assert SMALL_LABEL in tables.to_csv(t, s).splitlines()[1]
         assert r"\textbf{Small config --- not a reproduction of the paper.}" in tables.to_latex(t, s)
-    from psrnn.results import figures
+    from psrnn.studies.private_shared.results import figures
 
     for stem, build in figures.figure_builders(s)[:3]:
         assert SMALL_LABEL in build().get_suptitle(), stem
@@ -851,7 +852,8 @@ def test_compile_twice_is_byte_identical_and_writes_every_output(tmp_path):
         assert p.returncode == 0, stderr
         assert "from 6 of 9 runs" in stdout and SMALL_LABEL in stdout
     out_a, out_b = tmp_path / "a" / "results" / "t", tmp_path / "b" / "results" / "t"
-    expected = set(output_paths(C.load_suite(config)))  # relative to the working folder
+    cfg = C.load_suite(config)
+    expected = set(registry.study_of(cfg).output_paths(cfg))  # relative to the working folder
     written = {
         p.relative_to(tmp_path / "a") for p in out_a.rglob("*") if p.is_file() and "runs" not in p.parts
     }
@@ -876,7 +878,9 @@ def test_paper_is_skipped_cleanly_without_latexmk(tmp_path, monkeypatch, capsys)
     config = make_suite(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no latexmk anywhere
-    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])  # speed: no figures
+    monkeypatch.setattr(
+        "psrnn.studies.private_shared.results.figures.write_figures", lambda s, d: []
+    )  # speed: no figures
     assert main(["compile", "--config", str(config)]) == 0
     assert main(["paper", "--config", str(config)]) == 0
     assert "paper: skipped: latexmk not found (apt-get install latexmk" in capsys.readouterr().out
@@ -892,7 +896,7 @@ def test_paper_is_skipped_cleanly_without_latexmk(tmp_path, monkeypatch, capsys)
 
 def test_paper_build_needs_compiled_outputs(tmp_path):
     from psrnn.cli import UserError
-    from psrnn.results.paper import build_paper
+    from psrnn.studies.private_shared.results.paper import build_paper
 
     cfg = C.load_suite(make_suite(tmp_path))
     with pytest.raises(UserError, match="nothing compiled yet"):
@@ -936,7 +940,7 @@ def test_report_lists_the_init_and_a_single_seed_as_deviations(tmp_path):
 
 
 def test_figure_1_has_one_legend_below_its_panels(tmp_path):
-    from psrnn.results.figures import GRAD_LINES, fig1_gradient_norms
+    from psrnn.studies.private_shared.results.figures import GRAD_LINES, fig1_gradient_norms
 
     s = load(tmp_path, make_suite(tmp_path, keep=("mnist_ps",)))
     fig = fig1_gradient_norms(s)
@@ -972,7 +976,7 @@ def test_experiments_without_a_paper_number_get_their_numbers_settings_and_no_ve
     assert not any(w in line for line in section() for w in ("reproduced", "inconclusive", "1 seed"))
     cfg["experiments"]["mnist_ps"]["aux_anchors"] = "mean"  # an ablation that keeps the paper's ref
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    from psrnn.results.tables import table2
+    from psrnn.studies.private_shared.results.tables import table2
 
     assert row(table2(load(tmp_path, path)), experiment="mnist_ps")["settings"].endswith("; aux_anchors mean")
 
@@ -1003,7 +1007,9 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
 
     config = make_suite(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])  # speed: no figures
+    monkeypatch.setattr(
+        "psrnn.studies.private_shared.results.figures.write_figures", lambda s, d: []
+    )  # speed: no figures
     assert main(["compile", "--config", str(config)]) == 0
     out = tmp_path / "results" / "t"
     before = _digests(out)
@@ -1017,14 +1023,14 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
         assert (d.parent / "tables" / "table2.md").is_file()
         os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr("psrnn.results.figures.write_figures", killed)
+    monkeypatch.setattr("psrnn.studies.private_shared.results.figures.write_figures", killed)
     assert main(["compile", "--config", str(config)]) == 130
     assert capsys.readouterr().err.strip() == "psrnn compile: interrupted; the same command resumes"
     after = {k: v for k, v in _digests(out).items() if not k.startswith("runs")}
     assert after == {k: v for k, v in before.items() if not k.startswith("runs")}
     assert not list(out.glob(".compile-*"))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # main gave the handler back
-    monkeypatch.setattr("psrnn.results.figures.write_figures", lambda s, d: [])
+    monkeypatch.setattr("psrnn.studies.private_shared.results.figures.write_figures", lambda s, d: [])
     assert main(["compile", "--config", str(config)]) == 0  # the same command, whole
     assert _digests(out)["tables/table2.md"] != before["tables/table2.md"]
 
@@ -1032,11 +1038,11 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
 def test_a_config_without_a_figures_experiments_draws_no_placeholder_for_it():
     """quick-imdb.yaml runs only IMDB rows: no CIFAR-10 sweep (Figure 2) and no Figure 3
     experiment, so neither is an output; Figure 1 stays (its private/shared rows)."""
-    from psrnn.results import paper_figures
+    from psrnn.studies.private_shared.results import paper_figures
 
     imdb = C.load_suite(C.ROOT / "config" / "quick-imdb.yaml")
     assert paper_figures(imdb) == ["fig1_gradient_norms"]
-    stems = {p.stem for p in output_paths(imdb) if p.parent.name == "figures"}
+    stems = {p.stem for p in registry.study_of(imdb).output_paths(imdb) if p.parent.name == "figures"}
     assert not {"fig2_shared_proportion", "fig3_hidden_states"} & stems
     paper = C.load_suite(C.ROOT / "config" / "paper.yaml")
     assert paper_figures(paper) == ["fig1_gradient_norms", "fig2_shared_proportion", "fig3_hidden_states"]

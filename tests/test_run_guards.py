@@ -15,11 +15,11 @@ import torch
 from test_training import Interrupt, kill_at, quiet, small_cfg, write_images
 
 from psrnn import config as C
-from psrnn.checkpoint import KERNEL_ENV, ConfigChanged
 from psrnn.cli import main
-from psrnn.data.fixtures import gzip_bytes, idx_bytes
-from psrnn.engine import fit
+from psrnn.engine.checkpoint import KERNEL_ENV, ConfigChanged
+from psrnn.engine.fit import fit
 from psrnn.errors import UserError
+from psrnn.studies.private_shared.data.fixtures import gzip_bytes, idx_bytes
 
 RELREG_CI = str(C.ROOT / "config" / "relreg-ci.yaml")
 POINT = "hidden-8_l2-0.0_lr-0.05"
@@ -143,7 +143,7 @@ def test_a_bad_output_path_or_an_interrupt_is_one_line(tmp_path, capsys, monkeyp
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib.import_module("psrnn.training"), "run", interrupted)
+    monkeypatch.setattr(importlib.import_module("psrnn.engine.train"), "run", interrupted)
     assert main(["train", "--config", cfg, "--experiment", "mnist_gru"]) == 130
     assert capsys.readouterr().err.strip() == "psrnn train: interrupted; the same command resumes"
 
@@ -244,7 +244,7 @@ def test_a_wrong_expected_file_or_retry_count_is_one_line(tmp_path, capsys):
 
 
 def test_train_group_reads_selected_json_as_train_does(tmp_path, capsys):
-    """One reader (psrnn.selection.read_selected) for both commands: was a KeyError here."""
+    """One reader (psrnn.engine.selection.read_selected) for both commands: was a KeyError here."""
     bad = tmp_path / "sel.json"
     bad.write_text('{"point": "l2-0.0"}')
     cfg = str(C.ROOT / "config" / "relreg.yaml")
@@ -316,7 +316,7 @@ def test_digits_refuses_a_label_that_is_not_a_digit(tmp_path, capsys):
     y = torch.tensor([1, 42, 3], dtype=torch.uint8)
     (src / "t10k-images-idx3-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(x.numpy())))
     (src / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(y.numpy())))
-    from psrnn.data.digits import read_pair
+    from psrnn.studies.private_shared.data.digits import read_pair
 
     with pytest.raises(UserError, match=r"label 42 at position 1 is not a digit"):
         read_pair(src)
@@ -410,12 +410,36 @@ def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and "no space left on the device writing" in err[0], err
 
 
+def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, capsys):
+    """An ENOSPC from a write names no file (the kernel's error has none): psrnn.files names
+    the file it was writing, and nothing half-written stays."""
+    import errno
+
+    from psrnn import files
+
+    real, calls = files.write_bytes, []
+
+    def full_after_three(target, data):
+        calls.append(target)
+        if len(calls) <= 3:
+            return real(target, data)
+        with files.atomic_path(target) as tmp:
+            tmp.write_bytes(data[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a write(2) raises it
+
+    monkeypatch.setattr(files, "write_bytes", full_after_three)
+    assert main(["fixtures", str(tmp_path / "fx")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"no space left on the device writing {calls[-1]}" in line, line
+    assert not calls[-1].exists() and not [p for p in (tmp_path / "fx").rglob("*.tmp")]
+
+
 def test_what_a_writer_killed_mid_write_leaves_stops_nothing_and_goes(tmp_path):
     """SIGKILL while a checkpoint is written leaves `.ckpt_best.pt.<random>.tmp`: the next run
     in that folder starts (it had been refused as 'a folder of other files') and removes it;
     a killed prepare's temporary folder goes when that dataset is prepared again."""
-    from psrnn.data.prepare import SPLITS, write_prepared
     from psrnn.files import remove_stale_temps
+    from psrnn.studies.private_shared.data.prepare import SPLITS, write_prepared
 
     data = write_images(tmp_path / "data", T=16)
     run_yaml = tmp_path / "run.yaml"
@@ -471,7 +495,7 @@ def test_train_group_by_hand_takes_the_suites_threads_too(monkeypatch):
     whatever the suite said), so a group started by hand runs as Snakemake's job."""
     import argparse
 
-    from psrnn import fused
+    from psrnn.engine import group as fused
 
     def stop(args):
         raise InterruptedError("stopped before training")
@@ -500,7 +524,7 @@ def test_a_checkpoint_of_other_training_code_starts_over_instead_of_finishing_th
     deleting metrics.json first; the job must not then finish the old code's run from its
     ckpt_last.pt (it had: "resumed after epoch 2" and the old numbers). A checkpoint records
     the training code's digest and resumes only under the same one."""
-    from psrnn import checkpoint, codehash
+    from psrnn.engine import checkpoint, codehash
 
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=2)

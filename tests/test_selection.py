@@ -1,4 +1,4 @@
-"""Grid-point selection (psrnn.selection, `python -m psrnn select`): the best validation
+"""Grid-point selection (psrnn.engine.selection, `python -m psrnn select`): the best validation
 accuracy, ties broken by validation loss then grid order, never the test set."""
 
 import json
@@ -7,9 +7,9 @@ import pytest
 from suites import write_tiny
 
 from psrnn import config as C
-from psrnn import selection
 from psrnn import workflow as W
 from psrnn.cli import UserError, main
+from psrnn.engine import selection
 
 # --- select ----------------------------------------------------------------------------------
 

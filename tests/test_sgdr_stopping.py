@@ -1,14 +1,15 @@
-"""Early stopping coherent with SGDR's warm restarts (psrnn.study.may_stop): a run is only
+"""Early stopping coherent with SGDR's warm restarts (psrnn.studies.private_shared.hooks.may_stop): a run
+is only
 stopped at the end of a cycle, never in the trough after a restart."""
 
 import dataclasses
 
 from test_training import quiet, read_history, small_cfg, write_images
 
-from psrnn import study, training
-from psrnn.checkpoint import RunState
-from psrnn.config import RunConfig
-from psrnn.engine import note_epoch
+from psrnn.engine.checkpoint import RunState
+from psrnn.engine.fit import fit, note_epoch
+from psrnn.studies.private_shared import hooks as study
+from psrnn.studies.private_shared.settings import RunConfig
 
 
 def test_cycle_ends_follow_the_schedule():
@@ -51,7 +52,7 @@ def test_a_run_is_not_stopped_in_the_trough_after_a_warm_restart():
 def test_a_real_run_stops_only_at_a_cycle_end(tmp_path):
     data = write_images(tmp_path / "d")
     cfg = small_cfg(data, max_epochs=9, patience=1, restart_epochs=3, restart_mult=1, lr=1e-6)
-    m = training.train(cfg, tmp_path / "run", log=quiet)
+    m = fit(cfg, tmp_path / "run", log=quiet)
     # a rate too small to improve anything: patience 1 would stop at epoch 2, SGDR's
     # first cycle ends at 3
     assert m["stopped"] == "early_stopping"
@@ -59,9 +60,10 @@ def test_a_real_run_stops_only_at_a_cycle_end(tmp_path):
 
 
 def test_the_reports_cycle_ends_are_the_trainings():
-    """REPORT's disclosure (psrnn.results.deviations, which must not import the training
+    """REPORT's disclosure (psrnn.studies.private_shared.results.deviations, which must not import the
+    training
     code) names the same cycle ends the training stops at."""
-    from psrnn.results.deviations import cycle_ends
+    from psrnn.studies.private_shared.results.deviations import cycle_ends
 
     for t0, mult in ((10, 2), (4, 1), (2, 2), (3, 3)):
         run = RunConfig(optimizer="sgdr", restart_epochs=t0, restart_mult=mult)

@@ -1,4 +1,4 @@
-"""Every study against the engine (psrnn.engine): what a run of any study promises, checked
+"""Every study against the engine (psrnn.engine.fit): what a run of any study promises, checked
 on a tiny run of each. A new study adds its case to CASES and passes these unchanged.
 
 Exact resume after a kill, a changed checkpoint (or finished run) refused by name and
@@ -20,12 +20,12 @@ import torch
 from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, stable, write_images
 
 from psrnn import config as C
-from psrnn import studies
-from psrnn.checkpoint import ConfigChanged
-from psrnn.engine import Hooks, fit, hooks_of, metric_keys
+from psrnn import registry
+from psrnn.engine.checkpoint import ConfigChanged
+from psrnn.engine.fit import Hooks, fit, hooks_of, metric_keys
 from psrnn.errors import TrainingDiverged
 from psrnn.files import read_json
-from psrnn.relreg.config import RelRegConfig
+from psrnn.studies.relreg.settings import RelRegConfig
 
 
 @dataclass
@@ -76,15 +76,15 @@ def untimed(run: Path) -> list[dict]:
 CASES: dict[str, Callable[[Path], Case]] = {"psrnn": first_study, "relreg": relreg}
 
 
-@pytest.fixture(params=sorted(studies.STUDIES))
+@pytest.fixture(params=sorted(registry.STUDIES))
 def case(request, tmp_path) -> Case:
     assert request.param in CASES, f"add CASES[{request.param!r}]: a tiny run of the study (see first_study)"
     return CASES[request.param](tmp_path)
 
 
 def test_every_study_has_a_case_and_hooks_the_engine_can_call():
-    assert set(CASES) == set(studies.STUDIES)
-    for study in studies.STUDIES.values():
+    assert set(CASES) == set(registry.STUDIES)
+    for study in registry.STUDIES.values():
         assert isinstance(hooks_of(study), Hooks), study.name
 
 
@@ -95,14 +95,14 @@ def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
     import sys
     import types
 
-    from psrnn import study as first
+    from psrnn.studies.private_shared import hooks as first
 
     fake = types.ModuleType("fake_hooks")
     fake.__dict__.update({k: v for k, v in vars(first).items() if k not in ("build", "finish")})
     monkeypatch.setitem(sys.modules, "fake_hooks", fake)
-    row = dataclasses.replace(studies.STUDIES["psrnn"], name="fake", hooks="fake_hooks")
+    row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks="fake_hooks")
     with pytest.raises(
-        TypeError, match=r"^study fake: fake_hooks lacks build, finish \(psrnn.engine.Hooks\)$"
+        TypeError, match=r"^study fake: fake_hooks lacks build, finish \(psrnn.engine.fit.Hooks\)$"
     ):
         hooks_of(row)
     fake.build, fake.finish = first.build, first.finish
@@ -111,8 +111,8 @@ def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
         hooks_of(row)
     fake.HISTORY_COLUMNS = first.HISTORY_COLUMNS
     assert hooks_of(row) is fake
-    monkeypatch.setitem(studies.STUDIES, "fake", row)
-    assert C.suite_schema()["properties"]["study"]["enum"] == [*studies.STUDIES]
+    monkeypatch.setitem(registry.STUDIES, "fake", row)
+    assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES]
     assert "fake" in C.suite_schema()["properties"]["study"]["enum"]
 
 
@@ -215,7 +215,7 @@ def test_an_exploding_finite_loss_is_flagged_and_the_run_finishes(case, tmp_path
 
 def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_path):
     m = fit(case.run, tmp_path / "run", meta={"experiment": "e", "config_name": "c", "point": "p"}, log=quiet)
-    study = studies.of_settings(case.run)
+    study = registry.of_settings(case.run)
     assert set(m) == metric_keys(study)
     assert (m["experiment"], m["config_name"], m["point"], m["seed"]) == ("e", "c", "p", 0)
     assert 0 <= m["test_acc"] <= 1 and 0 <= m["best_valid_acc"] <= 1 and 1 <= m["best_epoch"] <= 3
@@ -230,13 +230,13 @@ def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_pat
 CI_CONFIGS = {"psrnn": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's CI-sized suite
 
 
-@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+@pytest.mark.parametrize("name", sorted(registry.STUDIES))
 def test_compile_writes_every_listed_output_and_the_same_bytes_twice(name, tmp_path, monkeypatch):
     """Before any run has finished (every number missing): the whole compile path, through
     the study's row, for every study; the studies' own tests compile real numbers."""
     assert name in CI_CONFIGS, f"add CI_CONFIGS[{name!r}]: the study's CI-sized suite config"
     cfg = C.load_suite(C.ROOT / "config" / CI_CONFIGS[name])
-    study = studies.study_of(cfg)
+    study = registry.study_of(cfg)
     monkeypatch.chdir(tmp_path)
     results = C.results_root(cfg)
     digests = []

@@ -2,8 +2,8 @@
 [tool.ruff]) over src/ and tests/, so CI fails on a new unused import or an unformatted file;
 mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; snakefmt
 over the Snakefile ([tool.snakefmt]); and the package's shape: no import cycle between its
-modules (the package's import graph is psrnn.codehash's, the one its code digests follow),
-none longer than MAX_LINES."""
+modules (the package's import graph is psrnn.engine.codehash's, the one its code digests
+follow), the layers' import rule (study_imports), none longer than MAX_LINES."""
 
 import subprocess
 import sys
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from psrnn.codehash import import_graph, modules
 from psrnn.config import ROOT
+from psrnn.engine.codehash import import_graph, modules
 
 RUFF = Path(sys.executable).parent / "ruff"
 SNAKEFMT = Path(sys.executable).parent / "snakefmt"
 SRC = ROOT / "src"
 MAX_LINES = 500  # a module of one job reads in a sitting; split a longer one along a seam
+STUDIES = "psrnn.studies."
+TOOLS = ("psrnn.bench",)  # measures the studies: may import them
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])
@@ -110,3 +112,47 @@ def test_no_import_cycle_in_the_package():
 def test_no_module_is_longer_than_max_lines():
     lengths = {name: len(path.read_text().splitlines()) for name, path in modules(SRC).items()}
     assert not {n: k for n, k in lengths.items() if k > MAX_LINES}, f"modules over {MAX_LINES} lines"
+
+
+def study_of_module(name: str) -> str | None:
+    """The study folder a module lies in (psrnn.studies.<study>...), else None."""
+    return name[len(STUDIES) :].split(".")[0] if name.startswith(STUDIES) else None
+
+
+def import_rule_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks the layers: a study imports no other study, and the core,
+    engine/ and report/ import no study at all (psrnn.registry names them by string), so a
+    study's code reaches no other study's digest and a new study is one folder."""
+    out = []
+    for name, imports in sorted(graph.items()):
+        if name.startswith(TOOLS):
+            continue
+        own = study_of_module(name)
+        for target in sorted(imports):
+            theirs = study_of_module(target)
+            if theirs is not None and theirs != own:
+                where = f"study {own}" if own else "the core, engine or report"
+                out.append(f"{name} ({where}) imports {target} (study {theirs})")
+    return out
+
+
+def test_the_import_rule_sees_a_cross_study_or_core_to_study_import(tmp_path):
+    graph = {
+        "psrnn.config": {"psrnn.studies.a.settings"},
+        "psrnn.engine.fit": {"psrnn.files"},
+        "psrnn.report.tables": {"psrnn.report.fmt"},
+        "psrnn.studies.a.hooks": {"psrnn.engine.fit", "psrnn.studies.a.models", "psrnn.studies.b.models"},
+        "psrnn.studies.b.models": {"psrnn.report.fmt"},
+        "psrnn.bench.measure": {"psrnn.studies.a.models"},
+    }
+    assert import_rule_breaches(graph) == [
+        "psrnn.config (the core, engine or report) imports psrnn.studies.a.settings (study a)",
+        "psrnn.studies.a.hooks (study a) imports psrnn.studies.b.models (study b)",
+    ]
+
+
+def test_no_study_imports_another_and_nothing_shared_imports_a_study():
+    graph = import_graph(SRC)
+    assert {study_of_module(n) for n in graph} >= {"private_shared", "relreg", None}
+    breaches = import_rule_breaches(graph)
+    assert not breaches, "imports across the layers:\n" + "\n".join(breaches)

@@ -9,10 +9,13 @@ import pytest
 import torch
 from test_training import Interrupt, kill_at, quiet, small_cfg, write_text
 
-from psrnn import training
-from psrnn.checkpoint import load_last
 from psrnn.cli import main
-from psrnn.data import batch_order, micro_batches
+from psrnn.engine.checkpoint import Generators, load_last
+from psrnn.engine.fit import fit
+from psrnn.studies.private_shared.data import batch_order, load_split, micro_batches
+from psrnn.studies.private_shared.epoch import evaluate
+from psrnn.studies.private_shared.hooks import data_identity, make_optimizer
+from psrnn.studies.private_shared.models import build_model
 
 
 def test_pieces_stay_within_the_budget_and_cover_the_batch_once():
@@ -48,12 +51,12 @@ def test_a_run_in_pieces_is_the_same_run(tmp_path):
     """Same gradients, anchors and losses: the histories agree to float rounding."""
     data = write_text(tmp_path / "data", sizes=(64, 16, 16))  # lengths 5..30, batches of 16
     cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=3)
-    split = training.load_split(data, "train")
+    split = load_split(data, "train")
     lengths = split.lengths
     cut = sum(len(micro_batches(lengths[b], 100)) > 1 for b in lengths.split(16))
     assert cut >= 3  # the budget of 100 padded steps really cuts batches of 16 x up to 30
-    whole = training.train(cfg, tmp_path / "whole", log=quiet)
-    pieces = training.train(dataclasses.replace(cfg, max_tokens=100), tmp_path / "pieces", log=quiet)
+    whole = fit(cfg, tmp_path / "whole", log=quiet)
+    pieces = fit(dataclasses.replace(cfg, max_tokens=100), tmp_path / "pieces", log=quiet)
     for key in ("test_acc", "best_valid_acc", "best_epoch"):
         assert pieces[key] == whole[key]
     for key in ("test_main_loss", "test_aux_loss", "train_main_loss", "train_aux_loss"):
@@ -64,10 +67,10 @@ def test_a_run_in_pieces_is_the_same_run(tmp_path):
 def test_evaluation_in_pieces_gives_the_same_metrics(tmp_path):
     data = write_text(tmp_path / "data", sizes=(8, 40, 8))
     cfg = small_cfg(data, dataset="imdb", window=4)
-    model = training.build_model(cfg, "categorical", 6, 2)
-    split = training.load_split(data, "valid")
-    a = training.evaluate(model, split, cfg, torch.device("cpu"))
-    b = training.evaluate(model, split, dataclasses.replace(cfg, max_tokens=40), torch.device("cpu"))
+    model = build_model(cfg, "categorical", 6, 2)
+    split = load_split(data, "valid")
+    a = evaluate(model, split, cfg, torch.device("cpu"))
+    b = evaluate(model, split, dataclasses.replace(cfg, max_tokens=40), torch.device("cpu"))
     assert a["acc"] == b["acc"]
     assert b["main_loss"] == pytest.approx(a["main_loss"], rel=1e-6)
     assert b["aux_loss"] == pytest.approx(a["aux_loss"], rel=1e-6)
@@ -79,24 +82,24 @@ def test_a_run_resumes_across_a_lower_budget_and_keeps_its_peak_memory(tmp_path)
     cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=3)
     run = tmp_path / "run"
     with pytest.raises(Interrupt):
-        training.train(cfg, run, on_step=kill_at(2, 1), log=quiet)
+        fit(cfg, run, on_step=kill_at(2, 1), log=quiet)
     ckpt = torch.load(run / "ckpt_last.pt", weights_only=True)
     ckpt["state"]["peak_memory_mb"] = 123456.0  # an earlier session on a bigger batch
     torch.save(ckpt, run / "ckpt_last.pt")
-    metrics = training.train(dataclasses.replace(cfg, max_tokens=60), run, log=quiet)
+    metrics = fit(dataclasses.replace(cfg, max_tokens=60), run, log=quiet)
     assert metrics["epochs_run"] == 3
     assert metrics["peak_memory_mb"] == 123456.0
     assert metrics["peak_memory_method"].startswith("cpu ")
-    model = training.build_model(cfg, "categorical", 6, 2)
-    opt, sched = training.make_optimizer(cfg, model)
+    model = build_model(cfg, "categorical", 6, 2)
+    opt, sched = make_optimizer(cfg, model)
     state = load_last(
         run / "ckpt_last.pt",
         cfg,
         model,
         opt,
         sched,
-        training.Generators.seeded(0),
-        training.data_identity(cfg),
+        Generators.seeded(0),
+        data_identity(cfg),
     )
     assert state.peak_memory_mb == 123456.0
 
@@ -110,7 +113,7 @@ def test_peak_memory_counts_what_training_allocates(tmp_path, monkeypatch):
         if not held:
             held.append(torch.ones(64 * 2**20))
 
-    metrics = training.train(cfg, tmp_path / "run", on_step=allocate, log=quiet)
+    metrics = fit(cfg, tmp_path / "run", on_step=allocate, log=quiet)
     assert metrics["peak_memory_mb"] >= 250
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["peak_memory_mb"] >= 250
 
@@ -135,9 +138,9 @@ def test_a_final_run_that_is_its_search_run_reuses_it_and_another_seed_does_not(
     """--reuse: the first seed's final run at the selected point is the search run itself."""
     data = write_text(tmp_path / "data")
     cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=2)
-    search = training.train(cfg, tmp_path / "search", meta={"point": "p1"}, log=quiet)
+    search = fit(cfg, tmp_path / "search", meta={"point": "p1"}, log=quiet)
     said, steps = [], []
-    final = training.train(
+    final = fit(
         cfg,
         tmp_path / "final",
         on_step=lambda *a: steps.append(a),
@@ -157,7 +160,7 @@ def test_a_final_run_that_is_its_search_run_reuses_it_and_another_seed_does_not(
         assert final[key] == search[key]
     said.clear()
     other = dataclasses.replace(cfg, seed=1)
-    training.train(
+    fit(
         other,
         tmp_path / "seed1",
         on_step=lambda *a: steps.append(a),

@@ -4,7 +4,7 @@ to end.
 
     uv run pytest tests/test_training.py -q
 
-Every dataset here is written in tmp_path in the prepared format of psrnn.data.
+Every dataset here is written in tmp_path in the prepared format of psrnn.studies.private_shared.data.
 """
 
 from __future__ import annotations
@@ -21,12 +21,21 @@ import pytest
 import torch
 import yaml
 
-from psrnn import study as first_study
-from psrnn import training
 from psrnn.cli import UserError, main
-from psrnn.config import RunConfig
-from psrnn.models import param_counts
-from psrnn.training import METRIC_KEYS
+from psrnn.engine.checkpoint import ConfigChanged, config_differences
+from psrnn.engine.fit import fit, metric_keys
+from psrnn.engine.runlog import clock, divergence, heartbeat_line
+from psrnn.errors import TrainingDiverged
+from psrnn.machine import cpu_name, git_commit
+from psrnn.registry import STUDIES
+from psrnn.studies.private_shared import hooks as first_study
+from psrnn.studies.private_shared.data import batch_order, load_split
+from psrnn.studies.private_shared.epoch import clip_gradients, evaluate
+from psrnn.studies.private_shared.hooks import HISTORY_COLUMNS, init_steps, make_optimizer
+from psrnn.studies.private_shared.models import build_model, param_counts
+from psrnn.studies.private_shared.settings import RunConfig
+
+METRIC_KEYS = metric_keys(STUDIES["psrnn"])
 
 TIMING_KEYS = ("wall_time_s", "samples_per_s", "peak_memory_mb")  # measured, not computed
 
@@ -130,9 +139,7 @@ def kill_at(epoch: int, step: int):
 def test_run_writes_every_output_of_the_contract(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, capture_epochs=(0, 2), capture_samples=2)
-    m = training.train(
-        cfg, tmp_path / "run", {"experiment": "e", "config_name": "c", "point": None}, log=quiet
-    )
+    m = fit(cfg, tmp_path / "run", {"experiment": "e", "config_name": "c", "point": None}, log=quiet)
     run = tmp_path / "run"
     assert {p.name for p in run.iterdir()} == {
         "metrics.json",
@@ -156,7 +163,7 @@ def test_run_writes_every_output_of_the_contract(tmp_path):
     assert m["config"] == cfg.to_dict()
 
     hist = read_history(run)
-    assert list(hist[0]) == list(training.HISTORY_COLUMNS)
+    assert list(hist[0]) == list(HISTORY_COLUMNS)
     assert [int(r["epoch"]) for r in hist] == [1, 2, 3]
     best = hist[m["best_epoch"] - 1]
     assert float(best["valid_acc"]) == m["best_valid_acc"]
@@ -191,7 +198,7 @@ def test_text_run_with_embedding_and_mlp_head(tmp_path):
         max_epochs=2,
         capture_epochs=(1,),
     )
-    m = training.train(cfg, tmp_path / "run", log=quiet)
+    m = fit(cfg, tmp_path / "run", log=quiet)
     assert m["epochs_run"] == 2 and m["params_main"] == 6 * 4 + 3 * (4 * 8 + 8 * 8 + 2 * 8)
     h = npz(tmp_path / "run" / "hidden_states.npz")
     test = torch.load(data / "test.pt", weights_only=True)
@@ -213,18 +220,18 @@ def padded_steps(batches: list[torch.Tensor], lengths: torch.Tensor) -> int:
 def test_batch_order_buckets_text_by_length_and_leaves_images_alone():
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
     lengths = torch.from_numpy(np.random.default_rng(0).lognormal(7.0, 0.6, 1000).astype(np.int64))
-    plain = training.batch_order(lengths, 32, 0, gen())
+    plain = batch_order(lengths, 32, 0, gen())
     assert [b.tolist() for b in plain] == [
         b.tolist() for b in torch.randperm(1000, generator=gen()).split(32)
     ]
-    bucketed = training.batch_order(lengths, 32, 8, gen())
+    bucketed = batch_order(lengths, 32, 8, gen())
     assert sorted(torch.cat(bucketed).tolist()) == list(range(1000))  # every sequence once
     assert sorted(len(b) for b in bucketed) == sorted(len(b) for b in plain) == [8] + [32] * 31
     # each pool of 8 batches (256 sequences) is sorted: batches hold similar lengths
     useful = int(lengths.sum())
     assert padded_steps(plain, lengths) / useful > 2.5  # 2.87
     assert padded_steps(bucketed, lengths) / useful < 1.4  # 1.30
-    whole = training.batch_order(lengths, 32, 32, gen())  # one pool: the whole epoch sorted
+    whole = batch_order(lengths, 32, 32, gen())  # one pool: the whole epoch sorted
     assert padded_steps(whole, lengths) / useful < 1.1  # 1.07
     # the order of batches is shuffled, not longest-last within a pool
     first_pool = torch.randperm(1000, generator=gen())[:256]
@@ -232,25 +239,25 @@ def test_batch_order_buckets_text_by_length_and_leaves_images_alone():
     assert len(pool_batches) == 8
     positions = [next(i for i, b in enumerate(bucketed) if b is pb) for pb in pool_batches]
     assert positions != list(range(min(positions), min(positions) + 8))
-    assert [b.tolist() for b in training.batch_order(lengths, 32, 8, gen())] == [b.tolist() for b in bucketed]
+    assert [b.tolist() for b in batch_order(lengths, 32, 8, gen())] == [b.tolist() for b in bucketed]
     # images: one length, nothing to sort, the same batches as bucket 0
     same = torch.full((1000,), 784)
-    assert [b.tolist() for b in training.batch_order(same, 32, 8, gen())] == [b.tolist() for b in plain]
+    assert [b.tolist() for b in batch_order(same, 32, 8, gen())] == [b.tolist() for b in plain]
 
 
 def test_bucketed_text_run_is_deterministic_and_differs_from_random_batches(tmp_path):
     data = write_text(tmp_path / "data", sizes=(64, 8, 8))
     cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=2, bucket=2)
-    a = training.train(cfg, tmp_path / "a", log=quiet)
-    b = training.train(cfg, tmp_path / "b", log=quiet)
+    a = fit(cfg, tmp_path / "a", log=quiet)
+    b = fit(cfg, tmp_path / "b", log=quiet)
     assert stable(a) == stable(b) and a["config"]["bucket"] == 2
-    training.train(dataclasses.replace(cfg, bucket=0), tmp_path / "c", log=quiet)
+    fit(dataclasses.replace(cfg, bucket=0), tmp_path / "c", log=quiet)
     assert stable_history(tmp_path / "c") != stable_history(tmp_path / "a")
 
 
 def test_evaluation_does_not_depend_on_the_order_of_the_split(tmp_path):
-    from psrnn.data import SequenceSplit, load_split
-    from psrnn.models import build_model
+    from psrnn.studies.private_shared.data import SequenceSplit, load_split
+    from psrnn.studies.private_shared.models import build_model
 
     data = write_text(tmp_path / "data", sizes=(8, 8, 40))
     cfg = small_cfg(data, dataset="imdb", window=4, shared=0.0)  # no aux: no anchors drawn
@@ -261,8 +268,8 @@ def test_evaluation_does_not_depend_on_the_order_of_the_split(tmp_path):
     offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
     offsets[1:] = torch.tensor([len(r) for r in rows]).cumsum(0)
     shuffled = SequenceSplit(x=torch.cat(rows), y=split.y[perm], offsets=offsets, categorical=True)
-    a = training.evaluate(model, split, cfg, torch.device("cpu"))
-    b = training.evaluate(model, shuffled, cfg, torch.device("cpu"))
+    a = evaluate(model, split, cfg, torch.device("cpu"))
+    b = evaluate(model, shuffled, cfg, torch.device("cpu"))
     assert a["acc"] == b["acc"] and a["main_loss"] == pytest.approx(b["main_loss"], rel=1e-6)
     assert 0 < a["main_loss"] < 10
 
@@ -273,11 +280,11 @@ def test_evaluation_does_not_depend_on_the_order_of_the_split(tmp_path):
 def test_same_config_and_seed_give_identical_runs_and_another_seed_does_not(tmp_path):
     data = write_text(tmp_path / "data")
     cfg = small_cfg(data, dataset="imdb", window=4, max_epochs=2)
-    a = training.train(cfg, tmp_path / "a", log=quiet)
-    b = training.train(cfg, tmp_path / "b", log=quiet)
+    a = fit(cfg, tmp_path / "a", log=quiet)
+    b = fit(cfg, tmp_path / "b", log=quiet)
     assert stable(a) == stable(b)
     assert stable_history(tmp_path / "a") == stable_history(tmp_path / "b")
-    c = training.train(dataclasses.replace(cfg, seed=1), tmp_path / "c", log=quiet)
+    c = fit(dataclasses.replace(cfg, seed=1), tmp_path / "c", log=quiet)
     assert stable_history(tmp_path / "c") != stable_history(tmp_path / "a")
     assert c["test_main_loss"] != a["test_main_loss"]
 
@@ -287,14 +294,14 @@ def test_interrupted_run_resumes_to_identical_results(tmp_path, kill):
     data = write_images(tmp_path / "data", T=16)
     # SGDR with a restart inside the run, both tasks, stratified anchors, captures
     cfg = small_cfg(data, max_epochs=4, restart_epochs=2, restart_mult=1, capture_epochs=(0, 2, 4))
-    ref = training.train(cfg, tmp_path / "ref", log=quiet)
+    ref = fit(cfg, tmp_path / "ref", log=quiet)
 
     run = tmp_path / "run"
     with pytest.raises(Interrupt):
-        training.train(cfg, run, on_step=kill_at(*kill), log=quiet)
+        fit(cfg, run, on_step=kill_at(*kill), log=quiet)
     assert not (run / "metrics.json").exists()
     logs: list[str] = []
-    again = training.train(cfg, run, log=logs.append)
+    again = fit(cfg, run, log=logs.append)
     start = "fresh start" if kill[0] == 1 else f"resumed after epoch {kill[0] - 1}"
     assert logs[0].startswith(f"run {run}: ") and logs[0].endswith(f"| {start}")
     assert stable(again) == stable(ref)
@@ -310,7 +317,7 @@ def test_interrupted_run_resumes_to_identical_results(tmp_path, kill):
 def test_run_killed_after_training_but_before_metrics_finishes_identically(tmp_path, monkeypatch):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=2)
-    ref = training.train(cfg, tmp_path / "ref", log=quiet)
+    ref = fit(cfg, tmp_path / "ref", log=quiet)
     real = first_study.grad_norms
 
     def crash(*args, **kw):
@@ -318,10 +325,10 @@ def test_run_killed_after_training_but_before_metrics_finishes_identically(tmp_p
 
     monkeypatch.setattr(first_study, "grad_norms", crash)
     with pytest.raises(Interrupt):
-        training.train(cfg, tmp_path / "run", log=quiet)
+        fit(cfg, tmp_path / "run", log=quiet)
     monkeypatch.setattr(first_study, "grad_norms", real)
     calls = []
-    again = training.train(cfg, tmp_path / "run", on_step=lambda *a: calls.append(a), log=quiet)
+    again = fit(cfg, tmp_path / "run", on_step=lambda *a: calls.append(a), log=quiet)
     assert calls == []  # no epoch was trained again
     assert stable(again) == stable(ref)
 
@@ -329,13 +336,13 @@ def test_run_killed_after_training_but_before_metrics_finishes_identically(tmp_p
 def test_complete_run_returns_immediately(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=1)
-    first = training.train(cfg, tmp_path / "run", log=quiet)
+    first = fit(cfg, tmp_path / "run", log=quiet)
     logs: list[str] = []
 
     def must_not_train(*_):
         raise AssertionError("a complete run trained again")
 
-    assert training.train(cfg, tmp_path / "run", on_step=must_not_train, log=logs.append) == first
+    assert fit(cfg, tmp_path / "run", on_step=must_not_train, log=logs.append) == first
     assert logs == [f"already complete: {tmp_path / 'run' / 'metrics.json'}"]
 
 
@@ -343,14 +350,14 @@ def test_checkpoint_with_another_config_is_an_error_naming_the_keys(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=3)
     with pytest.raises(Interrupt):
-        training.train(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+        fit(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
     changed = dataclasses.replace(cfg, lr=0.2, hidden=9)
     with pytest.raises(
         UserError, match=r"hidden \(checkpoint 8, requested 9\); lr \(checkpoint 0.1, requested 0.2\)"
     ):
-        training.train(changed, tmp_path / "run", log=quiet)
+        fit(changed, tmp_path / "run", log=quiet)
     # the progress display is not part of what is computed
-    m = training.train(dataclasses.replace(cfg, progress="auto"), tmp_path / "run", log=quiet)
+    m = fit(dataclasses.replace(cfg, progress="auto"), tmp_path / "run", log=quiet)
     assert m["epochs_run"] == 3
 
 
@@ -358,23 +365,23 @@ def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=3)
     with pytest.raises(Interrupt):
-        training.train(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
+        fit(cfg, tmp_path / "run", on_step=kill_at(2, 1), log=quiet)
     # a checkpoint from before a setting existed: the missing setting counts as its default
     ckpt = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
     del ckpt["config"]["bucket"]
     torch.save(ckpt, tmp_path / "run" / "ckpt_last.pt")
-    assert training.config_differences(ckpt["config"], cfg) == []
-    assert training.config_differences(ckpt["config"], dataclasses.replace(cfg, bucket=4)) == [
+    assert config_differences(ckpt["config"], cfg) == []
+    assert config_differences(ckpt["config"], dataclasses.replace(cfg, bucket=4)) == [
         "bucket (checkpoint 0, requested 4)"
     ]
     # what Snakemake does after the config changed: the job reruns and starts over
     changed = dataclasses.replace(cfg, lr=0.2)
     logs: list[str] = []
-    m = training.train(changed, tmp_path / "run", log=logs.append, restart_on_change=True)
+    m = fit(changed, tmp_path / "run", log=logs.append, restart_on_change=True)
     assert any(
         line.startswith("starting over: ") and "lr (checkpoint 0.1, requested 0.2)" in line for line in logs
     )
-    fresh = training.train(changed, tmp_path / "fresh", log=quiet)
+    fresh = fit(changed, tmp_path / "fresh", log=quiet)
     assert stable(m) == stable(fresh) and m["epochs_run"] == 3
     assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
 
@@ -384,19 +391,19 @@ def test_a_checkpoint_is_resumed_only_on_the_same_prepared_data(tmp_path):
     the same, but its data are not; the finished run must be trained again, not resumed."""
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=2)
-    training.train(cfg, tmp_path / "run", log=quiet)
+    fit(cfg, tmp_path / "run", log=quiet)
     (tmp_path / "run" / "metrics.json").unlink()  # Snakemake removes a job's output first
     write_images(tmp_path / "data", T=16, seed=1)
     write_manifest(data, input="continuous", features=1, num_classes=3, scale=255, seed=1)
     with pytest.raises(
-        training.ConfigChanged,
+        ConfigChanged,
         match=r"prepared data \(checkpoint's manifest.json md5 [0-9a-f]{32}, now [0-9a-f]{32}\)",
     ):
-        training.train(cfg, tmp_path / "run", log=quiet)
+        fit(cfg, tmp_path / "run", log=quiet)
     logs: list[str] = []
-    m = training.train(cfg, tmp_path / "run", log=logs.append, restart_on_change=True)
+    m = fit(cfg, tmp_path / "run", log=logs.append, restart_on_change=True)
     assert any(line.startswith("starting over: ") for line in logs)
-    fresh = training.train(cfg, tmp_path / "fresh", log=quiet)
+    fresh = fit(cfg, tmp_path / "fresh", log=quiet)
     assert stable(m) == stable(fresh)
     assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
 
@@ -414,7 +421,7 @@ def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_best_epoch(tmp_path):
                 model.head.weight.fill_(float("nan"))
 
     logs: list[str] = []
-    m = training.train(cfg, tmp_path / "run", on_step=poison, log=logs.append)
+    m = fit(cfg, tmp_path / "run", on_step=poison, log=logs.append)
     assert m["stopped"] == "non_finite" and m["epochs_run"] == 1 and m["best_epoch"] == 1
     assert m["diverged"] == {
         "epoch": 2,
@@ -426,10 +433,8 @@ def test_nan_loss_stops_with_epoch_and_step_and_keeps_the_best_epoch(tmp_path):
     assert last["state"]["epoch"] == 1
     assert all(torch.isfinite(v).all() for v in last["model"].values())
     # poisoned in its first epoch, a run has no result: an error, and no metrics
-    with pytest.raises(training.TrainingDiverged, match=r"non-finite loss \(nan\) at epoch 1, step 2 of 3"):
-        training.train(
-            cfg, tmp_path / "first", on_step=lambda e, s, model: poison(e + 1, s, model), log=quiet
-        )
+    with pytest.raises(TrainingDiverged, match=r"non-finite loss \(nan\) at epoch 1, step 2 of 3"):
+        fit(cfg, tmp_path / "first", on_step=lambda e, s, model: poison(e + 1, s, model), log=quiet)
     assert not (tmp_path / "first" / "metrics.json").exists()
 
 
@@ -452,7 +457,7 @@ def test_an_exploding_finite_loss_is_flagged_and_the_run_goes_on(tmp_path):
     # the NaN stop does not fire, but the cross-entropy reaches millions in epoch 1
     cfg = small_cfg(data, optimizer="adam", lr=1e6, clip=1.0, max_epochs=3)
     logs: list[str] = []
-    m = training.train(cfg, tmp_path / "run", log=logs.append)
+    m = fit(cfg, tmp_path / "run", log=logs.append)
     first_epoch = float(read_history(tmp_path / "run")[0]["train_main_loss"])
     assert first_epoch > 1e5 * math.log(3)  # 4.4e6 measured
     assert m["diverged"] == {"epoch": 1, "train_loss": first_epoch, "first_loss": math.log(3)}
@@ -466,8 +471,8 @@ def test_an_exploding_finite_loss_is_flagged_and_the_run_goes_on(tmp_path):
 
     # the flag lives in the history that ckpt_last.pt carries: a resumed run keeps it
     with pytest.raises(Interrupt):
-        training.train(cfg, tmp_path / "resumed", on_step=kill_at(3, 1), log=quiet)
-    assert training.train(cfg, tmp_path / "resumed", log=quiet)["diverged"] == m["diverged"]
+        fit(cfg, tmp_path / "resumed", on_step=kill_at(3, 1), log=quiet)
+    assert fit(cfg, tmp_path / "resumed", log=quiet)["diverged"] == m["diverged"]
 
 
 def test_divergence_is_the_first_epoch_above_ten_times_the_initial_loss():
@@ -477,30 +482,30 @@ def test_divergence_is_the_first_epoch_above_ten_times_the_initial_loss():
         for e, loss in enumerate([1.1, 10 * first, 11.0, 1e9, 0.5], start=1)
     ]
     col = "train_main_loss"
-    assert training.divergence(history, first, col) == {
+    assert divergence(history, first, col) == {
         "epoch": 3,
         "train_loss": 11.0,
         "first_loss": first,
     }
-    assert training.divergence(history[:2], first, col) is None  # exactly 10x is not above it
+    assert divergence(history[:2], first, col) is None  # exactly 10x is not above it
 
 
 def test_clipping_survives_huge_finite_gradients_and_matches_torch_otherwise():
     w = torch.nn.Parameter(torch.zeros(4))
     w.grad = torch.tensor([3e25, -4e25, 0.0, 0.0])  # squares overflow float32; values do not
-    norm = training.clip_gradients([w], 1.0)
+    norm = clip_gradients([w], 1.0)
     assert float(norm) == pytest.approx(5e25)
     assert w.grad.tolist() == pytest.approx([0.6, -0.8, 0.0, 0.0])
 
     a, b = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3))
     a.grad, b.grad = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])
-    ours = training.clip_gradients([a], 0.5)
+    ours = clip_gradients([a], 0.5)
     theirs = torch.nn.utils.clip_grad_norm_([b], 0.5)
     torch.testing.assert_close(ours.float(), theirs)
     torch.testing.assert_close(a.grad, b.grad)
 
     w.grad = torch.tensor([float("inf"), 1.0, 0.0, 0.0])
-    assert not torch.isfinite(training.clip_gradients([w], 1.0))
+    assert not torch.isfinite(clip_gradients([w], 1.0))
 
 
 def test_early_stopping_after_patience_epochs_without_improvement(tmp_path):
@@ -509,10 +514,10 @@ def test_early_stopping_after_patience_epochs_without_improvement(tmp_path):
     # has no warm restarts, so patience may end the run at any epoch (under SGDR only at a
     # cycle's end: tests/test_sgdr_stopping.py)
     cfg = small_cfg(data, optimizer="adam", lr=1e-12, patience=2, max_epochs=10)
-    m = training.train(cfg, tmp_path / "run", log=quiet)
+    m = fit(cfg, tmp_path / "run", log=quiet)
     assert (m["stopped"], m["best_epoch"], m["epochs_run"]) == ("early_stopping", 1, 3)
     assert len(read_history(tmp_path / "run")) == 3
-    sgdr = training.train(dataclasses.replace(cfg, optimizer="sgdr"), tmp_path / "sgdr", log=quiet)
+    sgdr = fit(dataclasses.replace(cfg, optimizer="sgdr"), tmp_path / "sgdr", log=quiet)
     # patience runs out after epoch 3, but SGDR's first cycle (restart_epochs) ends later
     assert (sgdr["stopped"], sgdr["epochs_run"]) == ("early_stopping", cfg.restart_epochs)
 
@@ -521,7 +526,7 @@ def test_sgdr_restarts_the_learning_rate_on_schedule(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     # T_0 = 2 epochs, T_mult = 2: cycles [0, 2), [2, 6); lr at each epoch's first batch
     cfg = small_cfg(data, lr=0.1, restart_epochs=2, restart_mult=2, max_epochs=5, shared=0.0)
-    training.train(cfg, tmp_path / "run", log=quiet)
+    fit(cfg, tmp_path / "run", log=quiet)
     lrs = [float(r["lr"]) for r in read_history(tmp_path / "run")]
     expected = [0.1, 0.05, 0.1, 0.1 * (1 + math.cos(math.pi / 4)) / 2, 0.05]
     assert lrs == pytest.approx(expected, rel=1e-9)
@@ -530,7 +535,7 @@ def test_sgdr_restarts_the_learning_rate_on_schedule(tmp_path):
 def test_adam_runs_at_a_constant_rate(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, optimizer="adam", lr=0.01, max_epochs=2)
-    training.train(cfg, tmp_path / "run", log=quiet)
+    fit(cfg, tmp_path / "run", log=quiet)
     assert [float(r["lr"]) for r in read_history(tmp_path / "run")] == [0.01, 0.01]
 
 
@@ -548,10 +553,10 @@ def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
     cfg = small_cfg(data, max_epochs=2)
     run = tmp_path / "run"
     logs: list[str] = []
-    training.train(cfg, run, log=logs.append, heartbeat_s=0)
+    fit(cfg, run, log=logs.append, heartbeat_s=0)
     n = param_counts(cfg, "continuous", 1, 3)
     assert logs[0] == (
-        f"run {run}: device cpu ({training.cpu_name()}) | params {n['params']} (main "
+        f"run {run}: device cpu ({cpu_name()}) | params {n['params']} (main "
         f"{n['params_main']}, head {n['params_head']}, aux decoders {n['params_aux']}) | "
         f"train 48 / valid 16 / test 16 sequences | fresh start"
     )
@@ -565,25 +570,23 @@ def test_log_opens_with_a_header_and_beats_inside_every_epoch(tmp_path):
 
     # the default interval (a minute) is longer than this run: no beats; a resumed run says so
     with pytest.raises(Interrupt):
-        training.train(cfg, tmp_path / "again", on_step=kill_at(2, 1), log=quiet)
+        fit(cfg, tmp_path / "again", on_step=kill_at(2, 1), log=quiet)
     logs.clear()
-    training.train(cfg, tmp_path / "again", log=logs.append)
+    fit(cfg, tmp_path / "again", log=logs.append)
     assert logs[0].endswith("| resumed after epoch 1")
     assert [line.split()[0] for line in logs] == ["run", "epoch", "done:"]
 
 
 def test_no_heartbeat_under_the_progress_bar(tmp_path, capsys):
     data = write_images(tmp_path / "data", T=16)
-    training.train(small_cfg(data, max_epochs=1, progress="bar"), tmp_path / "run", log=quiet, heartbeat_s=0)
+    fit(small_cfg(data, max_epochs=1, progress="bar"), tmp_path / "run", log=quiet, heartbeat_s=0)
     out = capsys.readouterr().out.splitlines()  # tqdm.write: the bar's own log
     assert [line.split()[0] for line in out] == ["epoch", "done:"]
 
 
 def test_heartbeat_line_counts_steps_and_estimates_the_rest_of_the_epoch():
-    assert training.heartbeat_line(3, 70, 120, 480, 60.0) == (
-        "epoch 3/70 step 120/480 | 2.00 steps/s | ETA 0:03:00"
-    )
-    assert training.clock(3725.4) == "1:02:05"
+    assert heartbeat_line(3, 70, 120, 480, 60.0) == ("epoch 3/70 step 120/480 | 2.00 steps/s | ETA 0:03:00")
+    assert clock(3725.4) == "1:02:05"
 
 
 # --- it learns ---------------------------------------------------------------------------
@@ -610,7 +613,7 @@ def test_learns_a_long_range_task_well_above_chance(tmp_path):
         patience=0,
         seed=5,
     )
-    m = training.train(cfg, tmp_path / "run", log=quiet)
+    m = fit(cfg, tmp_path / "run", log=quiet)
     assert m["test_acc"] >= 0.8, read_history(tmp_path / "run")
     assert m["train_aux_loss"] > 0
 
@@ -782,13 +785,13 @@ def test_git_commit_says_when_the_code_differs_from_it(tmp_path, monkeypatch):
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
     monkeypatch.setattr(C, "ROOT", tmp_path)
     head = git("rev-parse", "HEAD")
-    assert training.git_commit() == head
+    assert git_commit() == head
     (tmp_path / "notes.md").write_text("b\n")  # outside src/ and config/: no effect on numbers
-    assert training.git_commit() == head
+    assert git_commit() == head
     (tmp_path / "src" / "m.py").write_text("x = 2\n")
-    assert training.git_commit() == head + "+dirty"
+    assert git_commit() == head + "+dirty"
     monkeypatch.setattr(C, "ROOT", tmp_path / "elsewhere")
-    assert training.git_commit() is None
+    assert git_commit() is None
 
 
 def test_adamwr_is_adamw_under_the_sgdr_warm_restarts(tmp_path):
@@ -803,28 +806,28 @@ def test_adamwr_is_adamw_under_the_sgdr_warm_restarts(tmp_path):
         max_epochs=3,
         shared=0.0,
     )
-    training.train(cfg, tmp_path / "run", log=quiet)
+    fit(cfg, tmp_path / "run", log=quiet)
     lrs = [float(r["lr"]) for r in read_history(tmp_path / "run")]
     assert lrs == pytest.approx([0.01, 0.005, 0.01], rel=1e-9)  # restart after 2 epochs
-    model = training.build_model(cfg, "continuous", 1, 3)
-    opt, sched = training.make_optimizer(cfg, model)
+    model = build_model(cfg, "continuous", 1, 3)
+    opt, sched = make_optimizer(cfg, model)
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["weight_decay"] == 0.1
     assert isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingWarmRestarts)
 
 
 def test_chrono_init_spreads_memories_over_the_training_splits_mean_length(tmp_path):
     data = write_images(tmp_path / "data", T=40)
-    split = training.load_split(data, "train")
-    assert training.init_steps(split) == 40
+    split = load_split(data, "train")
+    assert init_steps(split) == 40
     cfg = small_cfg(data, init="chrono", shared=0.0, max_epochs=1)
-    m = training.train(cfg, tmp_path / "run", log=quiet)
+    m = fit(cfg, tmp_path / "run", log=quiet)
     assert m["config"]["init"] == "chrono"
     best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)["model"]
     assert best["gru.bias_ih_l0"].shape[0] == 3 * cfg.hidden
 
 
 def _grads_of_a_model_with_loud_decoders():
-    from psrnn.models import build_model
+    from psrnn.studies.private_shared.models import build_model
 
     torch.manual_seed(0)
     model = build_model(
@@ -840,7 +843,7 @@ def _grads_of_a_model_with_loud_decoders():
 def test_clipping_per_group_keeps_the_classifier_step_that_a_global_clip_shrinks():
     # issue: one global clip at 1 let the decoders' gradients (norm ~15) shrink the
     # classifier's step; "groups" clips the classifier path and the decoders apart
-    from psrnn.epoch import clip_by_group, clip_groups
+    from psrnn.studies.private_shared.epoch import clip_by_group, clip_groups
 
     model = _grads_of_a_model_with_loud_decoders()
     main, aux = clip_groups(model, "groups")
@@ -862,13 +865,13 @@ def test_clip_scope_groups_trains_and_without_decoders_equals_global(tmp_path):
     runs = {}
     for scope in ("global", "groups"):
         cfg = small_cfg(data, shared=0.0, clip=0.05, clip_scope=scope, max_epochs=2)
-        runs[scope] = training.train(cfg, tmp_path / scope, log=quiet)
+        runs[scope] = fit(cfg, tmp_path / scope, log=quiet)
     # a plain GRU has one group: the two scopes are the same arithmetic
     assert stable_history(tmp_path / "global") == stable_history(tmp_path / "groups")
     # with decoders they differ (clip 0.05 binds on both groups), and both train
     losses = {}
     for scope in ("global", "groups"):
         cfg = small_cfg(data, clip=0.05, clip_scope=scope, max_epochs=1)
-        losses[scope] = training.train(cfg, tmp_path / f"aux-{scope}", log=quiet)["valid_main_loss"]
+        losses[scope] = fit(cfg, tmp_path / f"aux-{scope}", log=quiet)["valid_main_loss"]
     assert all(math.isfinite(v) for v in losses.values())
     assert losses["global"] != losses["groups"]

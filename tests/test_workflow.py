@@ -18,6 +18,7 @@ from psrnn import dvcparams as D
 from psrnn import workflow as W
 from psrnn.cli import main
 from psrnn.errors import UserError
+from psrnn.studies.private_shared import settings as S
 
 ROOT = C.ROOT
 PAPER, SMALL = ROOT / "config" / "paper.yaml", ROOT / "config" / "small.yaml"
@@ -38,7 +39,7 @@ def test_suite_path_refuses_command_line_config_values():
 
 def test_small_config_file_lists():
     cfg = C.load_suite(SMALL)
-    assert W.fixture_files(cfg) == [f"data/small/fixtures/{d}/MD5SUMS" for d in C.DATASETS]
+    assert W.fixture_files(cfg) == [f"data/small/fixtures/{d}/MD5SUMS" for d in S.DATASETS]
     assert W.download_inputs(cfg, "imdb") == ["data/small/fixtures/imdb/MD5SUMS"]
     n_exp = len(C.enabled_experiments(cfg))
     finals = W.final_metrics(cfg)
@@ -269,7 +270,7 @@ def test_shell_prefix_survives_quotes_and_braces_in_paths(tmp_path):
 
 def test_training_runtime_may_differ_by_dataset():
     cfg = C.load_suite(PAPER)
-    minutes = {d: W.train_resources(cfg, d)["runtime"] for d in C.DATASETS}
+    minutes = {d: W.train_resources(cfg, d)["runtime"] for d in S.DATASETS}
     assert minutes["dbpedia"] > minutes["cifar10"] > minutes["mnist"] >= minutes["imdb"] > 0
     assert W.train_resources(cfg, "mnist")["gpu"] == 1
     assert W.train_resources(C.load_suite(SMALL), "mnist") == {"gpu": 0, "mem_mb": 2000, "runtime": 10}
@@ -611,7 +612,7 @@ def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monk
     left the final runs and the compile on the old code (the ancient selected.json masked
     their params). The selection's stamp now holds the code's digest: under other code it
     is not current, so train_inputs hands it over plain and what follows re-runs."""
-    from psrnn import codehash
+    from psrnn.engine import codehash
     from psrnn.files import write_json
 
     cfg = C.load_suite(C.ROOT / "config" / "small.yaml")

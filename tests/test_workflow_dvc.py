@@ -15,7 +15,7 @@ import yaml
 
 from psrnn import config as C
 from psrnn import dvcparams as D
-from psrnn import studies
+from psrnn import registry
 from psrnn import workflow as W
 
 ROOT = C.ROOT
@@ -168,7 +168,7 @@ def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
 def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
     st = stages(NAME)
     for config, names in STAGES.items():
-        study = studies.study_of(C.load_suite(ROOT / config))
+        study = registry.study_of(C.load_suite(ROOT / config))
         deps = st[names[-1]]["deps"]
         assert study.reference in deps and (study.schema is None or study.schema in deps), names[-1]
 
@@ -338,7 +338,7 @@ def test_dvc_repro_dry_and_status_work_in_a_fresh_clone(dvc_repo):
     for name in ["code", *(s for ss in STAGES.values() for s in ss)]:
         assert f"Running stage '{name}'" in dry.stdout, (name, dry.stdout[-3000:])
     status = sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
-    assert "always changed" in status and "deleted:            results/code/data.json" in status, status
+    assert "always changed" in status and "deleted:            results/code/psrnn-data.json" in status, status
     assert not (repo / "data").exists() and not (repo / "results" / NAME).exists()
     assert not (repo / "results" / "code").exists() and committed(repo) == before
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from psrnn import config as C
-from psrnn import regression
 from psrnn import workflow as W
+from psrnn.engine import regression
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,9 @@ def test_snakemakes_html_report_holds_the_report_tables_and_figures(workdir):
     html = (workdir / "report.html").read_text()
     for name in ("REPORT.md", "table2.csv", "fig2_shared_proportion.png", "curves_mnist_gru.png"):
         assert name in html, name
-    assert "Table 2 of the paper (main results)" in html  # the labels (psrnn.results.captions)
+    assert (
+        "Table 2 of the paper (main results)" in html
+    )  # the labels (psrnn.studies.private_shared.results.captions)
 
 
 @pytest.mark.parametrize(

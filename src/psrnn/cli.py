@@ -32,20 +32,48 @@ from psrnn.errors import UserError
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("psrnn.config_cli", "validate a suite config and list its runs"),
-    "fixtures": ("psrnn.data.fixtures", "write small synthetic archives in the upstream formats"),
-    "digits": ("psrnn.data.digits", "cut one real-digit IDX pair into the four files prepare reads"),
-    "download": ("psrnn.data.download", "download and verify a dataset's archives"),
-    "prepare": ("psrnn.data.prepare", "turn downloaded archives into prepared sequence tensors"),
-    "train": ("psrnn.training", "train one model (one experiment, one seed)"),
-    "train-group": ("psrnn.fused", "train a group of runs in one process (a grid search's shape group)"),
-    "select": ("psrnn.selection", "pick an experiment's best grid point by validation accuracy"),
-    "compile": ("psrnn.results.compile", "compile tables, figures and the report from finished runs"),
-    "paper": ("psrnn.results.paper", "build the paper PDF from the compiled tables and figures"),
-    "check": ("psrnn.regression", "compare runs' metrics with committed expected values"),
-    "stale": ("psrnn.stale", "list (or forget) finished runs recorded with other settings than the suite's"),
-    "recipe": ("psrnn.recipe", "train the recipe study on real digits (config/recipe.yaml)"),
+    "fixtures": (
+        "psrnn.studies.private_shared.data.fixtures",
+        "write small synthetic archives in the upstream formats",
+    ),
+    "digits": (
+        "psrnn.studies.private_shared.data.digits",
+        "cut one real-digit IDX pair into the four files prepare reads",
+    ),
+    "download": ("psrnn.studies.private_shared.data.download", "download and verify a dataset's archives"),
+    "prepare": (
+        "psrnn.studies.private_shared.data.prepare",
+        "turn downloaded archives into prepared sequence tensors",
+    ),
+    "train": ("psrnn.engine.train", "train one model (one experiment, one seed)"),
+    "train-group": (
+        "psrnn.engine.group",
+        "train a group of runs in one process (a grid search's shape group)",
+    ),
+    "select": ("psrnn.engine.selection", "pick an experiment's best grid point by validation accuracy"),
+    "compile": ("psrnn.compile", "compile tables, figures and the report from finished runs"),
+    "paper": (
+        "psrnn.studies.private_shared.results.paper",
+        "build the paper PDF from the compiled tables and figures",
+    ),
+    "check": ("psrnn.engine.regression", "compare runs' metrics with committed expected values"),
+    "stale": (
+        "psrnn.engine.stale",
+        "list (or forget) finished runs recorded with other settings than the suite's",
+    ),
+    "restamp": (
+        "psrnn.engine.restamp",
+        "re-stamp runs with today's training code once re-trained samples give their numbers",
+    ),
+    "recipe": (
+        "psrnn.studies.private_shared.recipe",
+        "train the recipe study on real digits (config/recipe.yaml)",
+    ),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
-    "code-digest": ("psrnn.codehash", "digests of the code each job runs, comments and docstrings aside"),
+    "code-digest": (
+        "psrnn.engine.codehash",
+        "digests of the code each job runs, comments and docstrings aside",
+    ),
 }
 
 

@@ -19,4 +19,4 @@ class TrainingDiverged(UserError):
     """The training loss became NaN/inf in a run's first epoch: the run stops, nothing of the
     epoch is kept and no metrics are written. (Later, engine.fit ends the run with its best
     epoch so far as its result, `stopped: non_finite`. A finite loss that explodes does not
-    raise: it is recorded as metrics.json's `diverged`, psrnn.runlog.divergence.)"""
+    raise: it is recorded as metrics.json's `diverged`, psrnn.engine.runlog.divergence.)"""

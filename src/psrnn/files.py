@@ -48,6 +48,10 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
+    except OSError as err:  # a full disk names no file: the error names the one being written
+        if err.filename is None:
+            raise OSError(err.errno, err.strerror, str(target)) from err
+        raise
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -95,7 +99,8 @@ def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-# what atomic_path (mkstemp) and psrnn.data.prepare (mkdtemp) leave when killed mid-write:
+# what atomic_path (mkstemp) and psrnn.studies.private_shared.data.prepare (mkdtemp) leave when killed
+# mid-write:
 # ".<target name>.<8 random characters>.tmp" (or ".old", a prepared folder moved aside)
 STALE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.(tmp|old)$")
 

@@ -84,6 +84,9 @@ def claim(
     if count <= 1:
         return None
     directory = directory or lock_dir()
+    if directory.exists() and not directory.is_dir():
+        where = f"{LOCKS_ENV}={directory}" if os.environ.get(LOCKS_ENV) else str(directory)
+        raise UserError(f"{where}: is a file, not a folder (where the GPU claims are kept)")
     directory.mkdir(parents=True, exist_ok=True)
     waited_since = last_said = time.monotonic()
     while (index := _claim_least_used(directory, count, per_device)) is None:

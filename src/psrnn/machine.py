@@ -84,7 +84,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device_name": device_name(device),
         **versions(device),
         "git_commit": git_commit(),
-        "torch_threads": torch.get_num_threads(),  # CPU numbers depend on it (psrnn.checkpoint)
+        "torch_threads": torch.get_num_threads(),  # CPU numbers depend on it (psrnn.engine.checkpoint)
     }
 
 

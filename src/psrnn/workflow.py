@@ -23,8 +23,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from psrnn import codehash, studies
 from psrnn import config as C
+from psrnn import registry
 from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-singularity)
     IMAGE_BUILD,
     apptainer_args,
@@ -33,6 +33,7 @@ from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-s
     source_folders,
     uses_apptainer,
 )
+from psrnn.engine import codehash
 from psrnn.errors import UserError
 from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 
@@ -88,7 +89,7 @@ def fixture_files(cfg: dict[str, Any]) -> list[str]:
     """What `python -m psrnn fixtures <dir>` writes that the DAG tracks (one MD5SUMS per
     dataset; the archives sit beside it); [] for configs without `fixtures:`."""
     folder = cfg.get("fixtures")
-    return [f"{folder}/{ds}/MD5SUMS" for ds in C.DATASETS] if folder else []
+    return [f"{folder}/{ds}/MD5SUMS" for ds in cfg["datasets"]] if folder else []
 
 
 def download_marker(cfg: dict[str, Any], dataset: str) -> str:
@@ -128,16 +129,16 @@ def final_metrics(cfg: dict[str, Any]) -> list[str]:
 
 def compile_outputs(cfg: dict[str, Any]) -> list[str]:
     """What `python -m psrnn compile` writes: tables (csv, md, tex), figures (pdf, png,
-    svg), REPORT.md and the summary metrics.json that DVC shows (psrnn.results lists them)."""
-    from psrnn.results import output_paths
+    svg), REPORT.md and the summary metrics.json that DVC shows (the study's results module lists
+    them: psrnn.registry)."""
 
-    return [str(p) for p in output_paths(cfg)]
+    return [str(p) for p in registry.study_of(cfg).output_paths(cfg)]
 
 
 def reference_file(cfg: dict[str, Any]) -> str:
     """The study's reference numbers (compile reads them), relative to the project root:
     the Snakefile resolves it with workflow.source_path."""
-    return studies.study_of(cfg).reference
+    return registry.study_of(cfg).reference
 
 
 def compile_report(cfg: dict[str, Any]) -> str:
@@ -171,14 +172,14 @@ def targets(cfg: dict[str, Any]) -> list[str]:
     metrics.json is deleted. Data files are deliberately not targets: deleting the
     prepared data once training is done frees disk space and re-runs nothing.
     """
-    paper = [paper_status(cfg)] if studies.study_of(cfg).paper else []
+    paper = [paper_status(cfg)] if registry.study_of(cfg).paper else []
     return [*run_targets(cfg), *compile_outputs(cfg), *paper]
 
 
 def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
     """Every file a job of the DAG declares, upstream first (tests compare this with
     Snakemake's own view and with dvc.yaml)."""
-    from psrnn import groups  # under `fused_search`, a search group's marker, not its points' files
+    from psrnn.engine import groups  # under `fused_search`, a search group's marker, not its points' files
 
     files = list(fixture_files(cfg))
     for ds in data_job_datasets(cfg):
@@ -188,8 +189,8 @@ def all_jobs_outputs(cfg: dict[str, Any]) -> list[str]:
 
 def data_job_datasets(cfg: dict[str, Any]) -> list[str]:
     """The enabled datasets that download and prepare jobs make (none for a study whose
-    runs generate their data, psrnn.studies)."""
-    return C.enabled_datasets(cfg) if studies.study_of(cfg).data_jobs else []
+    runs generate their data, psrnn.registry)."""
+    return C.enabled_datasets(cfg) if registry.study_of(cfg).data_jobs else []
 
 
 def manifests(cfg: dict[str, Any]) -> list[str]:
@@ -206,10 +207,10 @@ REPORT_CATEGORIES = {".png": "Figures", ".csv": "Tables", ".md": "Report"}
 
 def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
     """Output stem -> what it shows, for the config's study: report_captions(cfg) of the
-    `captions` module beside the study's results module (psrnn.studies), e.g.
-    psrnn.results.captions, psrnn.relreg.captions."""
-    package = studies.study_of(cfg).results.rpartition(".")[0]
-    captions = dict(studies.load(f"{package}.captions:report_captions")(cfg))
+    `captions` module beside the study's results module (psrnn.registry), e.g.
+    psrnn.studies.private_shared.results.captions, psrnn.studies.relreg.captions."""
+    package = registry.study_of(cfg).results.rpartition(".")[0]
+    captions = dict(registry.load(f"{package}.captions:report_captions")(cfg))
     found = verdicts(C.results_root(cfg) / "REPORT.md")
     if found and "REPORT" in captions:
         captions["REPORT"] += f"; its verdicts: {found}"
@@ -280,7 +281,7 @@ def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
     prepared again instead of failing the run."""
     dataset = experiment_dataset(cfg, experiment)
     inputs = {}
-    if studies.study_of(cfg).data_jobs:
+    if registry.study_of(cfg).data_jobs:
         inputs["data"] = manifest(cfg, dataset)
         inputs.update({Path(f).stem: f for f in prepared_files(cfg, dataset) if f.endswith(".pt")})
     if C.has_grid(cfg, experiment):
@@ -294,9 +295,15 @@ def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
     return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]}, sort_keys=True)
 
 
-def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = None, code: bool = True) -> str:
+def experiment_spec(
+    cfg: dict[str, Any],
+    experiment: str,
+    point: str | None = None,
+    code: bool = True,
+    digest: str | None = None,
+) -> str:
     """Everything a training job depends on besides its files, as stable JSON: the jobs'
-    environment, the digest of the code that trains it (psrnn.codehash: comments and
+    environment, the digest of the code that trains it (psrnn.engine.codehash: comments and
     docstrings aside), the run's resolved settings (the seed aside) and its dataset's
     preparation.
     A search job's settings are its grid point's; a final run's (and the selection's) are
@@ -318,7 +325,7 @@ def experiment_spec(cfg: dict[str, Any], experiment: str, point: str | None = No
     settings.pop("seed")
     spec = {
         "job_env": cfg.get("job_env", {}),
-        "code": codehash.training_digest(studies.study_name(cfg)) if code else None,
+        "code": (digest or codehash.training_digest(registry.study_name(cfg))) if code else None,
         "run": settings,
         "data": json.loads(dataset_spec(cfg, exp["dataset"])),
     }
@@ -349,11 +356,11 @@ def dataset_stamp(cfg: dict[str, Any], dataset: str) -> dict[str, str]:
     return {SPEC_KEY: spec_digest(dataset_spec(cfg, dataset))}
 
 
-def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
+def selection_stamp(cfg: dict[str, Any], experiment: str, digest: str | None = None) -> dict[str, str]:
     """What select records in selected.json: the settings and the training code's digest, so
     after a code change the selection is a plain input and one invocation re-runs search,
     select, final runs and compile (an ancient one masked the runs' params: #4166)."""
-    spec = experiment_spec(cfg, experiment)
+    spec = experiment_spec(cfg, experiment, digest=digest)  # digest: of other training code (restamp)
     if cfg.get("ties") == "draw":  # the draws map the final seeds to tied points
         spec = json.dumps({"spec": spec, "ties": "draw", "seeds": list(cfg["seeds"])}, sort_keys=True)
     return {SPEC_KEY: spec_digest(spec)}
@@ -362,7 +369,7 @@ def selection_stamp(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
 def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, str]]:
     """The stamp each of train_inputs' files carries while it matches the config."""
     stamps = {}
-    if studies.study_of(cfg).data_jobs:
+    if registry.study_of(cfg).data_jobs:
         stamps["data"] = dataset_stamp(cfg, experiment_dataset(cfg, experiment))
     if C.has_grid(cfg, experiment):
         stamps["selected"] = selection_stamp(cfg, experiment)
@@ -372,7 +379,7 @@ def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[s
 def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
     """The suite's manifest.json and selected.json that exist but are no JSON object: the
     Snakefile stops on them (a cut manifest re-ran, and deleted, every run on its data)."""
-    paths = [manifest(cfg, d) for d in C.enabled_datasets(cfg)] if studies.study_of(cfg).data_jobs else []
+    paths = [manifest(cfg, d) for d in C.enabled_datasets(cfg)] if registry.study_of(cfg).data_jobs else []
     paths += [selection(cfg, e) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
     return [p for p in paths if Path(p).is_file() and not isinstance(_json_or_none(Path(p)), dict)]
 

@@ -10,10 +10,11 @@
         --name cuda-nvidia-h100-80gb-hbm3-quick-budget-search   # a budget from stored GPU times
 
 Sections (`--only`, comma separated):
-  train     one training step (forward, backward, clip, SGD step: `training.train_epoch`
+  train     one training step (forward, backward, clip, SGD step: `epoch.train_epoch`
             itself) at the paper's shapes for the plain GRU (the floor: nn.GRU + linear
             head), full share, private/shared 50 %, and the slow reference
-            `psrnn.naive.NaivePSRNN`; step time (warm-up, then median/min/max of repeats),
+            `psrnn.studies.private_shared.naive.NaivePSRNN`; step time (warm-up, then median/min/max of
+            repeats),
             process CPU time, samples/s, peak memory; ratios aux overhead (variant / GRU)
             and vectorised speed-up (naive / ours)
   options   bf16 autocast (torch.autocast on the device, cuda or cpu), torch.compile of
@@ -236,7 +237,7 @@ def fused_settings(args: argparse.Namespace) -> FusedSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psrnn.training import pick_device  # one device rule for training and bench
+    from psrnn.engine.fit import pick_device  # one device rule for training and bench
 
     config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
     out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))

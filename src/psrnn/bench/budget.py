@@ -25,9 +25,9 @@ import torch
 
 from psrnn import config as C
 from psrnn.bench.measure import QUICK_LEN, Shape, Spec, run_measurement
-from psrnn.data.lookalikes import imdb_lengths
-from psrnn.datasets import REGISTRY
 from psrnn.files import read_json
+from psrnn.studies.private_shared.data.lookalikes import imdb_lengths
+from psrnn.studies.private_shared.datasets import REGISTRY
 
 # DBpedia "<title> <abstract>": assumed log-normal, mean ~300 characters (Table 1), when no
 # prepared data is at hand to read the real lengths from.
@@ -48,7 +48,7 @@ def split_sizes(dataset: str, opts: dict[str, Any], manifest: dict[str, Any] | N
     if manifest is not None:
         return int(manifest["counts"]["train"]), int(manifest["counts"]["valid"]), "prepared manifest"
     try:
-        from psrnn.data.prepare import resolve_options, valid_count
+        from psrnn.studies.private_shared.data.prepare import resolve_options, valid_count
     except ImportError as err:
         row = paper_table1(dataset)
         return int(row["train"]), int(row["valid"]), f"paper Table 1 (prepare not importable: {err})"
@@ -69,7 +69,7 @@ def text_lengths(
         d = torch.load(prepared / "train.pt", map_location="cpu", weights_only=True)
         return (d["offsets"][1:] - d["offsets"][:-1]).numpy(), f"prepared data ({prepared})"
     try:
-        from psrnn.data.prepare import resolve_options
+        from psrnn.studies.private_shared.data.prepare import resolve_options
 
         o = resolve_options(dataset, opts)
     except ImportError:  # the registry's filter (IMDB >= 500 characters), no cut
@@ -79,7 +79,7 @@ def text_lengths(
         }
     if dataset == "imdb":
         lengths = imdb_lengths(200_000, rng)
-        source = "IMDB length model (log-normal, psrnn.data.lookalikes.IMDB_LOGN)"
+        source = "IMDB length model (log-normal, psrnn.studies.private_shared.data.lookalikes.IMDB_LOGN)"
     else:
         mu, sigma = DBPEDIA_LOGN
         lengths = np.clip(rng.lognormal(mu, sigma, 200_000), *DBPEDIA_CLIP).astype(np.int64)
@@ -97,7 +97,7 @@ def padded_length(
     and the main GRU runs over all of it. Simulated with training's own batch order
     (`data.batch_order`, bucketed when bucket > 0) over epochs of n sequences drawn
     from `lengths`."""
-    from psrnn.data import batch_order
+    from psrnn.studies.private_shared.data import batch_order
 
     rng = np.random.default_rng(seed)
     maxima = []

@@ -13,7 +13,7 @@ CPU with one thread and the suite's job_env, as the Snakefile starts its jobs:
   fused   every point of the shape (or the first `fused_runs`) in one
           `python -m psrnn train-group` process (rule search_group under
           `fused_search: true`): one batched model for the kinds of
-          psrnn.relreg.config.FUSED_MODELS, one run after another for the others.
+          psrnn.studies.relreg.settings.FUSED_MODELS, one run after another for the others.
 
 Each is timed by the wall clock and by the process's CPU time (its rusage: user + system),
 by default at the config's epochs (30): the runs do the work of the grid search's runs,
@@ -139,7 +139,7 @@ def measure_kind(
     """One kind's row: its runs timed alone and fused at each of s.epochs, and runs per hour."""
     import yaml
 
-    from psrnn.relreg.config import FUSED_MODELS
+    from psrnn.studies.relreg.settings import FUSED_MODELS
 
     experiment, shape = KINDS[kind]
     if experiment not in raw["experiments"]:
@@ -219,7 +219,7 @@ def same_numbers(suite: dict[str, Any], experiment: str, here: Path, pids: list[
     """The runs trained both alone and fused (`pids`), compared: how many have every test accuracy
     (per bit count) and the best epoch identical, and the largest change of test_acc (the
     numbers agree to float rounding after a few epochs, tests/test_fused.py; over more,
-    rounding grows in some model kinds: psrnn.relreg.fused)."""
+    rounding grows in some model kinds: psrnn.studies.relreg.fused)."""
     pairs = [
         (
             read_json(here / "alone" / pid / "metrics.json"),
@@ -348,7 +348,7 @@ def fused_markdown(section: dict[str, Any], table: Callable[[list[str], list[lis
         "accuracy per bit count and best epoch are identical, and the largest change of the mean "
         "test accuracy. The numbers agree to float rounding after a few epochs "
         "(tests/test_fused.py); over more, that rounding grows in some model kinds until a run ends "
-        "elsewhere, as it does between CPU kernels for a run alone (psrnn.relreg.fused).",
+        "elsewhere, as it does between CPU kernels for a run alone (psrnn.studies.relreg.fused).",
     ]
     out += [f"- {r['kind']}: {r['status']}" for r in section["kinds"] if r["status"] != "ok"]
     return out

@@ -2,7 +2,7 @@
 
     python -m psrnn bench --only train --shapes mnist   # one measure_train per model
 
-A `Spec` says what is measured; `measure_train` runs it through `training.train_epoch` itself
+A `Spec` says what is measured; `measure_train` runs it through `train_epoch` itself
 (the step training takes: batch gather, forward, CE + aux loss, backward, clip, SGD with warm
 restarts) on synthetic data in memory, so data loading is not timed apart.
 
@@ -36,6 +36,7 @@ import torch
 
 from psrnn import config as C
 from psrnn.machine import PeakMemory
+from psrnn.studies.private_shared import settings as S
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Spec:
     device: str  # "cpu", "cuda", "cuda:N"
     seed: int = 0
     threads: int | None = None  # CPU threads; None: torch's default
-    naive: bool = False  # the slow reference psrnn.naive.NaivePSRNN, same weights
+    naive: bool = False  # the slow reference psrnn.studies.private_shared.naive.NaivePSRNN, same weights
     amp: str | None = None  # "bf16": forward under bf16 autocast
     compile: bool = False  # torch.compile the auxiliary decoders
     eval_batches: int = 0  # also time this many validation batches (eval_batch_ms)
@@ -90,7 +91,7 @@ class Spec:
     # always run eager (autocast's cast cache and torch.compile do not go into a graph)
     graphs: bool = True
 
-    def run_config(self) -> C.RunConfig:
+    def run_config(self) -> S.RunConfig:
         """The training RunConfig (optimizer and clipping as training's defaults)."""
         return C.coerce_run(
             {
@@ -163,7 +164,7 @@ def compile_decoders(model: torch.nn.Module) -> None:
 def synthetic_split(shape: Shape, n: int, seq_len: int, seed: int):
     """A SequenceSplit of n random sequences in the prepared format (values do not matter
     for speed; shapes do)."""
-    from psrnn.data import SequenceSplit
+    from psrnn.studies.private_shared.data import SequenceSplit
 
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, shape.classes, (n,), generator=g)  # (N,)
@@ -180,34 +181,36 @@ class Setup:
     """What `warmup + repeats` steps of `Spec` run on: built as training builds it."""
 
     model: torch.nn.Module
-    cfg: C.RunConfig
+    cfg: S.RunConfig
     opt: Any
     sched: Any
     split: Any  # SequenceSplit of batch x (warmup + repeats) synthetic sequences
-    gens: Any  # training.Generators
+    gens: Any  # Generators
     device: torch.device
     params: int
     shared_units: int
 
     def epoch(self, on_step: Callable[[int, int, torch.nn.Module], None]) -> None:
-        """One `training.train_epoch` over the split: every step of the measurement."""
-        from psrnn import training
+        """One `train_epoch` over the split: every step of the measurement."""
+        from psrnn.studies.private_shared.epoch import train_epoch
 
         args = (self.model, self.split, self.cfg, self.opt, self.sched, self.gens, self.device)
-        training.train_epoch(*args, 1, on_step)
+        train_epoch(*args, 1, on_step)
 
 
 def setup(spec: Spec) -> Setup:
     """The model (naive, compiled or autocast as the spec says), optimizer and data of `spec`."""
-    from psrnn import training
-    from psrnn.models import build_model
-    from psrnn.naive import NaivePSRNN
+    from psrnn.engine.checkpoint import Generators
+    from psrnn.engine.fit import seed_everything
+    from psrnn.studies.private_shared.hooks import make_optimizer
+    from psrnn.studies.private_shared.models import build_model
+    from psrnn.studies.private_shared.naive import NaivePSRNN
 
     device = torch.device(spec.device)
     if spec.threads:
         torch.set_num_threads(spec.threads)
     shape = spec.shape
-    training.seed_everything(spec.seed, device)
+    seed_everything(spec.seed, device)
     cfg = spec.run_config()
     built = build_model(cfg, shape.input, shape.features, shape.classes)
     shared_units = built.shared_units
@@ -218,9 +221,9 @@ def setup(spec: Spec) -> Setup:
         compile_decoders(model)
     if spec.amp == "bf16":
         model = Autocast(model, device.type)
-    opt, sched = training.make_optimizer(cfg, model)
+    opt, sched = make_optimizer(cfg, model)
     split = synthetic_split(shape, spec.batch * (spec.warmup + spec.repeats), spec.seq_len, spec.seed)
-    gens = training.Generators.seeded(spec.seed)
+    gens = Generators.seeded(spec.seed)
     return Setup(model, cfg, opt, sched, split, gens, device, params, shared_units)
 
 
@@ -248,7 +251,7 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     """Time `warmup + repeats` training steps of one model (see `Spec`); returns step
     times in ms (median/min/max, wall clock and process CPU), samples/s, peak memory in
     MiB, parameter count, and with spec.eval_batches the time of one validation batch."""
-    from psrnn import training
+    from psrnn.studies.private_shared.epoch import evaluate
 
     run = setup(spec)
     model, cfg, device, shape = run.model, run.cfg, run.device, spec.shape
@@ -286,10 +289,10 @@ def measure_train(spec: Spec) -> dict[str, Any]:
     }
     if spec.eval_batches:
         eval_split = synthetic_split(shape, spec.batch * spec.eval_batches, spec.seq_len, spec.seed + 1)
-        training.evaluate(model, synthetic_split(shape, spec.batch, spec.seq_len, 2), cfg, device)
+        evaluate(model, synthetic_split(shape, spec.batch, spec.seq_len, 2), cfg, device)
         sync()
         t0 = time.perf_counter()
-        training.evaluate(model, eval_split, cfg, device)
+        evaluate(model, eval_split, cfg, device)
         sync()
         out["eval_batch_ms"] = (time.perf_counter() - t0) / spec.eval_batches * 1e3
     out["peak_mem_mb"] = memory.peak() / 2**20  # training steps and validation batches

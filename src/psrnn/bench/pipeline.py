@@ -2,7 +2,8 @@
 
     python -m psrnn bench --only prepare,snakemake
 
-prepare: full-size look-alike archives (psrnn.data.lookalikes: 50K IMDB reviews, 60K + 10K
+prepare: full-size look-alike archives (psrnn.studies.private_shared.data.lookalikes: 50K IMDB reviews,
+60K + 10K
 MNIST images) through the real `prepare`; its time and the prepared size on disk.
 snakemake: wall time of `snakemake -n` on a suite config, in the repository root.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.data.lookalikes import write_idx_like, write_imdb_like
+from psrnn.studies.private_shared.data.lookalikes import write_idx_like, write_imdb_like
 
 # --- section: prepare ----------------------------------------------------------------------
 
@@ -30,7 +31,7 @@ def folder_mb(folder: Path) -> float:
 
 def bench_prepare(scratch: Path, quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Generate full-size look-alike archives and time the real `prepare` on them."""
-    from psrnn.data.prepare import prepare
+    from psrnn.studies.private_shared.data.prepare import prepare
 
     rows = []
     per_split = 500 if quick else 25_000

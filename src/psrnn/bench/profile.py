@@ -3,7 +3,7 @@
     python -m psrnn bench --only profile --shapes mnist
 
 For each variant of the train section (the plain GRU, full share, private/shared 50 %) at
-each shape, `repeats` steps of `training.train_epoch` after `warmup` run under
+each shape, `repeats` steps of `epoch.train_epoch` after `warmup` run under
 torch.profiler; per step it counts what costs a GPU step its overlap of host and device:
 device kernels and their busy time, host-to-device copies (pageable ones block the host),
 synchronisations (cudaStreamSynchronize/cudaDeviceSynchronize/cudaEventSynchronize, and

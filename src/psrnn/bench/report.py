@@ -207,7 +207,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             "## Training step",
             "",
-            f"One optimizer step of `training.train_epoch` (batch gather, forward, CE + aux loss, "
+            f"One optimizer step of `epoch.train_epoch` (batch gather, forward, CE + aux loss, "
             f"backward, clip, SGD + warm restarts): hidden {st['hidden']}, batch {st['batch']}, "
             f"{st['anchors']} anchors, window {st['window']}, tasks {'+'.join(st['tasks'])}; "
             f"{st['warmup']} warm-up steps, then median (min–max) of {st['repeats']} steps "
@@ -341,7 +341,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "## Data preparation",
             "",
             "Generated look-alike archives of full size, then the real `prepare` "
-            "(`psrnn.data.prepare.prepare`) on them; time of `prepare` alone.",
+            "(`psrnn.studies.private_shared.data.prepare.prepare`) on them; time of `prepare` alone.",
             "",
             table(
                 [

@@ -4,7 +4,8 @@
     python -m psrnn bench --only options --compile-cpu
 
 train: the plain GRU (the floor: nn.GRU + linear head), full share, private/shared 50 % and
-the slow reference `psrnn.naive.NaivePSRNN`, each timed by `measure.measure_train`; ratios
+the slow reference `psrnn.studies.private_shared.naive.NaivePSRNN`, each timed by
+`measure.measure_train`; ratios
 aux overhead (variant / GRU) and vectorised speed-up (naive / ours).
 options: bf16 autocast, torch.compile of the decoders, other batch sizes; at one shape.
 """

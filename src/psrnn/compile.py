@@ -1,0 +1,70 @@
+"""`python -m psrnn compile --config <suite.yaml>`: every table, figure, the summary
+metrics and REPORT.md of one suite config, from its finished runs, by its study's results
+module (psrnn.registry; the first study's psrnn.studies.private_shared.results.compile, the
+second's psrnn.studies.relreg.results). The same runs give byte-identical files, and the
+outputs of one compile replace the old ones together (staged_outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from psrnn import config as C
+from psrnn import registry
+from psrnn.errors import UserError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="reference numbers (default: the study's: config/reference.yaml, config/relreg-reference.yaml)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = C.load_suite(args.config)
+    study = registry.study_of(cfg)
+    results_dir = C.results_root(cfg)
+    with staged_outputs(results_dir, study.output_paths(cfg)) as staging:
+        try:
+            written = study.compile(cfg, staging, args.reference or C.ROOT / study.reference)
+        except UserError as err:  # it names the files where the user finds them, not their links
+            raise UserError(str(err).replace(str(staging), str(results_dir))) from None
+    print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
+    return 0
+
+
+@contextlib.contextmanager
+def staged_outputs(results_dir: Path, outputs: list[Path]) -> Iterator[Path]:
+    """A staging folder for one compile: it holds links to everything in `results_dir` but
+    the outputs' top-level entries (the runs and notes compile reads), the compile writes
+    its outputs into it, and they replace the old ones together when it ends. A compile
+    stopped half-way (an error, SIGINT, SIGTERM) changes no output: tables, figures and
+    REPORT.md never disagree. The staging folder is removed either way."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    produced = {p.relative_to(results_dir).parts[0] for p in outputs}
+    staging = Path(tempfile.mkdtemp(prefix=".compile-", dir=results_dir))
+    try:
+        for entry in sorted(results_dir.iterdir()):
+            if entry.name not in produced and not entry.name.startswith(".compile-"):
+                (staging / entry.name).symlink_to(entry.resolve())
+        yield staging
+        moves = [
+            (Path(folder) / name, results_dir / Path(folder).relative_to(staging) / name)
+            for folder, dirs, files in os.walk(staging)  # links are not followed into
+            for name in files
+            if not (Path(folder) / name).is_symlink()
+        ]
+        for src, dst in moves:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

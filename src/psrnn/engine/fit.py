@@ -1,0 +1,489 @@
+"""The training engine: one loop that trains, resumes and records a run of any study.
+
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+
+A study supplies its science as a hooks module (psrnn.registry names it; `Hooks` below says
+what it holds: data, model, optimizer, one epoch, evaluation, the run's own outputs). The
+engine supplies the bookkeeping, once for every study:
+
+- the loop: epochs up to the study's limit, early stopping after `patience` epochs without
+  a better validation score (0 = off), the best epoch by the study's score (its first
+  entry is the validation accuracy; later entries break ties) kept as ckpt_best.pt;
+- resume: ckpt_last.pt after every epoch holds model, optimizer, scheduler, every RNG and
+  the run's state (psrnn.engine.checkpoint); a restarted run continues from it and, on CPU, ends
+  with exactly the metrics of an uninterrupted run. A checkpoint of other settings (the
+  study's resume-exempt ones aside) or other data is an error naming them, or with
+  `restart_on_change` is set aside; `reuse` adopts a finished search run that is the same
+  run; a run whose metrics.json exists returns it without training, if it records the
+  same settings (else that is the error, or with `restart_on_change` the run starts over);
+- one writer: a process training a run folder holds it (sole_writer); a second one is
+  refused until the first ends, however it ends;
+- kernels: the checkpoint records the CPU-kernel variables a suite's job_env sets
+  (checkpoint.KERNEL_ENV; `python -m psrnn train` applies the suite's, psrnn.engine.jobenv) and
+  resumes only under the same ones, so a run's numbers do not depend on how it started;
+- failure: a NaN/inf training loss ends the run (`stopped: non_finite`): its result is its
+  best epoch so far, as early stopping would have kept, and metrics.json's `diverged` says
+  where and why (so a grid point that diverges is a search outcome, not a failed job); in
+  the first epoch there is no result yet, so it is an error (TrainingDiverged; nothing
+  written but what the study wrote before training); a finite loss that explodes past
+  DIVERGENCE_FACTOR x the loss at initialisation is logged and recorded as metrics.json's
+  `diverged`;
+- records: history.csv every epoch, and metrics.json last (its presence means the run is
+  complete) with the keys every study shares (COMMON_METRIC_KEYS: identity, selection,
+  stop, divergence, time, memory, machine and code provenance, settings) beside the
+  study's own, checked against the study's declared METRIC_KEYS.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from psrnn import gpus, registry
+from psrnn.engine.checkpoint import (
+    ConfigChanged,
+    Generators,
+    RunState,
+    adopt,
+    adopt_finished,
+    config_differences,
+    kernel_env,
+    load_last,
+    read_metrics,
+    save_last,
+    training_code,
+)
+from psrnn.engine.runlog import diverged_line, divergence, history_csv
+from psrnn.errors import TrainingDiverged, UserError
+from psrnn.files import sole_writer, torch_save, write_json, write_text
+from psrnn.machine import PeakMemory, environment
+
+HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
+StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
+
+ENGINE_COLUMNS = ("epoch",)  # history.csv columns a study must keep: the engine reads them back on resume
+# metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
+COMMON_METRIC_KEYS = frozenset(
+    {
+        "experiment",
+        "config_name",
+        "seed",
+        "point",
+        "dataset",
+        "test_acc",
+        "best_valid_acc",
+        "best_epoch",
+        "epochs_run",
+        "stopped",
+        "diverged",
+        "reused_from",
+        "wall_time_s",
+        "samples_per_s",
+        "peak_memory_mb",
+        "peak_memory_method",
+        "device",
+        "device_name",
+        "torch_version",
+        "cuda_version",
+        "platform",
+        "git_commit",
+        "psrnn_version",
+        "kernel_env",
+        "torch_threads",
+        "training_code",
+        "config",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """What one training epoch is told besides the model and data."""
+
+    number: int
+    on_step: StepHook | None  # called after every optimizer step (tests interrupt runs with it)
+    bar: bool  # a progress bar shows the steps
+    beat: Callable[[str], None] | None  # where heartbeat lines go (None under the bar)
+    heartbeat_s: float
+
+
+@runtime_checkable
+class Hooks(Protocol):
+    """A study's science, as the engine calls it (a module: psrnn.studies.private_shared.hooks,
+    psrnn.studies.relreg.hooks).
+
+    Data `data(run)` returns has `train` (len = training samples per epoch) and `identity`
+    (a string naming prepared data, checked on resume; None for data the settings
+    determine). `train_epoch` returns the epoch's history columns (LOSS_COLUMN among
+    them), `evaluate` the validation numbers, `valid_row` their history columns, `score`
+    the selection score, `finish` (best model loaded) the study's metrics, writing its
+    own files into the run folder.
+    """
+
+    HISTORY_COLUMNS: tuple[str, ...]
+    LOSS_COLUMN: str
+    METRIC_KEYS: frozenset[str]
+
+    def data(self, run: Any) -> Any: ...
+    def build(self, run: Any, data: Any) -> nn.Module: ...
+    def optimizer(self, run: Any, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]: ...
+    def limits(self, run: Any) -> tuple[int, int]: ...  # (max epochs, patience; 0 = none)
+    def first_loss(self, data: Any) -> tuple[float, str]: ...  # (loss at init, e.g. "ln 10")
+    def header(self, out_dir: Path, device: Any, model: Any, data: Any, run: Any, resumed: Any) -> str: ...
+    def capture(self, model: Any, data: Any, run: Any, device: Any, epoch: int, valid: Any) -> Any: ...
+    def train_epoch(
+        self, model: Any, data: Any, run: Any, opt: Any, sched: Any, gens: Any, device: Any, e: Epoch
+    ) -> dict[str, float]: ...
+    def evaluate(self, model: Any, data: Any, run: Any, device: Any) -> dict[str, Any]: ...
+    def valid_row(self, valid: dict[str, Any]) -> dict[str, float]: ...
+    def score(self, valid: dict[str, Any]) -> tuple[float, ...]: ...
+    def epoch_line(self, row: dict[str, Any], run: Any, st: RunState) -> str: ...
+    def finish(
+        self, model: Any, data: Any, run: Any, st: RunState, device: Any, out_dir: Path
+    ) -> dict[str, Any]: ...
+
+
+def hooks_of(study: registry.Study) -> Any:
+    """The study's hooks module; a hook or history column it lacks is named here, not mid-run."""
+    module = study.engine_hooks()
+    wanted = set(Hooks.__annotations__) | {n for n, v in vars(Hooks).items() if callable(v) and n[0] != "_"}
+    for lacks, what in (
+        ([n for n in sorted(wanted) if not hasattr(module, n)], "(psrnn.engine.fit.Hooks)"),
+        ([c for c in ENGINE_COLUMNS if c not in getattr(module, "HISTORY_COLUMNS", ())], "(history.csv)"),
+    ):
+        if lacks:
+            raise TypeError(f"study {study.name}: {study.hooks} lacks {', '.join(lacks)} {what}")
+    return module
+
+
+def metric_keys(study: registry.Study) -> frozenset[str]:
+    """Every key a finished run of `study` records in metrics.json."""
+    return COMMON_METRIC_KEYS | hooks_of(study).METRIC_KEYS
+
+
+# --- setup -------------------------------------------------------------------------------
+
+
+def pick_device(name: str, log: Callable[[str], None] = print) -> torch.device:
+    """The torch device for `device:`; plain `cuda` (or `auto` on a GPU host) claims a
+    free GPU of several (psrnn.gpus), so parallel jobs on one host never share one."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={name!r} but CUDA is not available (use device=auto or cpu)")
+    if name == "cuda":
+        index = gpus.claim(torch.cuda.device_count(), log=log, per_device=gpus.jobs_per_gpu())
+        if index is not None:
+            torch.cuda.set_device(index)
+            return torch.device("cuda", index)
+    return torch.device(name)
+
+
+def seed_everything(seed: int, device: torch.device) -> None:
+    """Seed python, numpy and torch; on GPU, ask for deterministic kernels where they exist."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if (
+        device.type == "cuda"
+    ):  # CPU kernels are deterministic already (and the switch costs seconds of imports)
+        # must be set before cuBLAS starts for deterministic GPU matmuls
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # warn_only: a kernel without a deterministic version warns instead of stopping the run
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        # ... but without its debugging aid of filling every new tensor with NaN: that costs
+        # a kernel per allocation (a third of a GPU step's kernels) and changes no result
+        # (a module property that torch's type stubs do not declare)
+        torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
+        torch.backends.cudnn.benchmark = False
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def fit(
+    run: Any,
+    out_dir: str | Path,
+    meta: dict[str, Any] | None = None,
+    on_step: StepHook | None = None,
+    log: Callable[[str], None] | None = None,
+    restart_on_change: bool = False,
+    heartbeat_s: float = HEARTBEAT_S,
+    reuse: str | Path | None = None,
+) -> dict[str, Any]:
+    """Train (or resume, or return) one run of any study; returns its metrics (also in
+    metrics.json).
+
+    meta: experiment, config_name, point for metrics.json. on_step: called after every
+    optimizer step. restart_on_change: a checkpoint of other settings is set aside
+    (overwritten at the first epoch's end) instead of an error. heartbeat_s: seconds
+    between progress lines inside an epoch. reuse: a run folder whose checkpoint this run
+    starts from when it is the same run (checkpoint.adopt), unless it has one of its own.
+    """
+    out_dir = Path(out_dir)
+    with sole_writer(out_dir):
+        return _fit(run, out_dir, meta, on_step, log, restart_on_change, heartbeat_s, reuse)
+
+
+def _fit(
+    run: Any,
+    out_dir: Path,
+    meta: dict[str, Any] | None,
+    on_step: StepHook | None,
+    log: Callable[[str], None] | None,
+    restart_on_change: bool,
+    heartbeat_s: float,
+    reuse: str | Path | None,
+) -> dict[str, Any]:
+    log = log or (lambda msg: print(msg, flush=True))
+    metrics_path, last_path = out_dir / "metrics.json", out_dir / "ckpt_last.pt"
+    done = finished(run, out_dir, log, restart_on_change)
+    if done is not None:
+        return done
+    study = registry.of_settings(run)
+    hooks = hooks_of(study)
+    session_start = time.perf_counter()
+    device = pick_device(run.device, log)
+    data = hooks.data(run)
+    adopted = None if reuse is None else adopt_finished(Path(reuse), out_dir, run, data.identity, meta, log)
+    if adopted is not None:  # a finished search run that is this run: its record
+        return adopted
+    memory = PeakMemory(device)  # from here: the model, training, evaluation, the test
+    memory.start()
+
+    seed_everything(run.seed, device)
+    model = hooks.build(run, data).to(device)
+    opt, sched = hooks.optimizer(run, model)
+    gens = Generators.seeded(run.seed)
+    st = restore(run, out_dir, model, opt, sched, gens, data, log, restart_on_change, reuse)
+    log(hooks.header(out_dir, device, model, data, run, None if st is None else st.epoch))
+    if st is None:
+        st = RunState()
+        first = hooks.capture(model, data, run, device, 0, None)  # the state at initialisation
+        if first is not None:
+            st.captures[0] = first
+    bar = run.progress == "bar" or (run.progress == "auto" and sys.stderr.isatty())
+    if bar:
+        from tqdm import tqdm
+
+        log = tqdm.write
+    max_epochs, patience = hooks.limits(run)
+    may_stop = stop_rule(hooks)
+    first_loss, first_label = hooks.first_loss(data)
+
+    non_finite: dict[str, Any] | None = None
+    while st.stopped is None:
+        if st.epoch >= max_epochs:
+            st.stopped = "max_epochs"
+            break
+        epoch = st.epoch + 1
+        t0 = time.perf_counter()
+        e = Epoch(epoch, on_step, bar, None if bar else log, heartbeat_s)  # the bar shows progress itself
+        try:
+            row = {"epoch": epoch, **hooks.train_epoch(model, data, run, opt, sched, gens, device, e)}
+            if not math.isfinite(row[hooks.LOSS_COLUMN]):
+                raise TrainingDiverged(
+                    f"{out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr})"
+                )
+        except TrainingDiverged as err:
+            if st.best_model is None:  # not one epoch trained: there is no result to keep
+                raise
+            non_finite = non_finite_stop(st, epoch, str(err), log)
+            break
+        st.train_time_s += time.perf_counter() - t0
+        valid = hooks.evaluate(model, data, run, device)
+        row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
+        if note_epoch(st, row, hooks.score(valid), model, patience, max_epochs, may_stop(run, epoch)):
+            torch_save(out_dir / "ckpt_best.pt", best_checkpoint(run, st))
+        captured = hooks.capture(model, data, run, device, epoch, valid)
+        if captured is not None:
+            st.captures[epoch] = captured
+        st.wall_time_s += time.perf_counter() - session_start
+        session_start = time.perf_counter()
+        st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
+        write_text(out_dir / "history.csv", history_csv(st.history, hooks.HISTORY_COLUMNS))
+        save_last(last_path, run, st, model, opt, sched, gens, data.identity)
+        log(hooks.epoch_line(row, run, st))
+        flag = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+        if flag is not None and flag["epoch"] == epoch:  # once, at the epoch that crossed
+            log(diverged_line(flag, first_label))
+
+    assert st.best_model is not None  # set at the first epoch's end: every score beats -1
+    model.load_state_dict(st.best_model)
+    own = hooks.finish(model, data, run, st, device, out_dir)
+    wall = st.wall_time_s + time.perf_counter() - session_start
+    diverged = non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
+    peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
+    metrics = run_metrics(run, meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device)
+    write_json(metrics_path, metrics)
+    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
+    log(
+        f"done: test acc {metrics['test_acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
+        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})"
+    )
+    return metrics
+
+
+# --- the bookkeeping of one epoch and of a finished run (also psrnn.engine.group's, per member) ----
+
+
+def restore(
+    run: Any,
+    out_dir: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    gens: Generators,
+    data: Any,
+    log: Callable[[str], None],
+    restart_on_change: bool,
+    reuse: str | Path | None,
+) -> RunState | None:
+    """The run's state from its ckpt_last.pt (or `reuse`'s, adopted when it is the same run),
+    loaded into model, optimizer, scheduler and generators; None: a fresh start."""
+    last_path = out_dir / "ckpt_last.pt"
+    if reuse is not None and not last_path.is_file():
+        log(adopt(Path(reuse), out_dir, run, data.identity))
+    if not last_path.is_file():
+        return None
+    try:
+        return load_last(last_path, run, model, opt, sched, gens, data.identity)
+    except ConfigChanged as err:
+        if not restart_on_change:
+            raise
+        log(f"starting over: {err.path} was written with a different config: {'; '.join(err.differences)}")
+        return None
+
+
+def finished(
+    run: Any, out_dir: Path, log: Callable[[str], None], restart_on_change: bool
+) -> dict[str, Any] | None:
+    """The metrics of `out_dir` when it holds this run complete (None: it is to train). A
+    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed."""
+    metrics_path = out_dir / "metrics.json"
+    if not metrics_path.is_file():
+        return None
+    done = read_metrics(metrics_path)
+    diff = config_differences(done["config"], run)
+    if not diff:
+        log(f"already complete: {metrics_path}")
+        return done
+    if not restart_on_change:
+        raise ConfigChanged(metrics_path, diff)
+    log(f"starting over: {metrics_path} is of a different config: {'; '.join(diff)}")
+    metrics_path.unlink()
+    return None
+
+
+def note_epoch(
+    st: RunState,
+    row: dict[str, Any],
+    score: tuple[float, ...],
+    model: nn.Module,
+    patience: int,
+    max_epochs: int,
+    may_stop: bool = True,
+) -> bool:
+    """Record a trained and validated epoch (`row`, the study's `score` of its validation) in
+    `st`: history, the best epoch (a CPU copy of `model`'s weights when it is a new best)
+    and whether the run stops now: early stopping only where `may_stop` (the study's
+    `may_stop` hook: e.g. at the end of a warm-restart cycle). Returns whether the epoch is
+    the new best."""
+    epoch = int(row["epoch"])
+    st.history.append(row)
+    st.epoch = epoch
+    best = list(score) > st.best_score
+    if best:
+        st.best_score, st.best_valid_acc, st.best_epoch, st.since_best = list(score), score[0], epoch, 0
+        st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    else:
+        st.since_best += 1
+    if patience > 0 and st.since_best >= patience and may_stop:
+        st.stopped = "early_stopping"
+    elif epoch >= max_epochs:
+        st.stopped = "max_epochs"
+    return best
+
+
+def stop_rule(hooks: Any) -> Callable[[Any, int], bool]:
+    """The study's optional `may_stop(run, epoch)` hook: whether early stopping may end a run
+    after that epoch (default: after any)."""
+    return getattr(hooks, "may_stop", None) or (lambda run, epoch: True)
+
+
+def non_finite_stop(st: RunState, epoch: int, message: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """End a run whose training loss went non-finite in `epoch` after at least one good
+    epoch: like early stopping, its result is its best epoch so far (a grid point that
+    diverges is an outcome of the search, not a failed job). Returns metrics.json's
+    `diverged` for it: {epoch, train_loss: None, non_finite: the message}."""
+    st.stopped = "non_finite"
+    log(f"stopped: {message}; the run's result is its best epoch so far ({st.best_epoch})")
+    return {"epoch": epoch, "train_loss": None, "non_finite": message}
+
+
+def best_checkpoint(run: Any, st: RunState) -> dict[str, Any]:
+    """What ckpt_best.pt holds: the best epoch's weights and the settings."""
+    return {
+        "config": run.to_dict(),
+        "epoch": st.best_epoch,
+        "valid_acc": st.best_valid_acc,
+        "model": st.best_model,
+    }
+
+
+def run_metrics(
+    run: Any,
+    meta: dict[str, Any] | None,
+    st: RunState,
+    own: dict[str, Any],
+    diverged: dict[str, Any] | None,
+    wall_s: float,
+    samples_per_s: float,
+    peak_memory_mb: float,
+    memory_method: str,
+    device: torch.device,
+) -> dict[str, Any]:
+    """A finished run's metrics.json: the keys every study shares around the study's `own`,
+    checked against the study's declared METRIC_KEYS."""
+    metrics = {
+        "experiment": (meta or {}).get("experiment"),
+        "config_name": (meta or {}).get("config_name"),
+        "seed": run.seed,
+        "point": (meta or {}).get("point"),
+        "dataset": run.dataset,
+        "best_valid_acc": st.best_valid_acc,
+        "best_epoch": st.best_epoch,
+        "epochs_run": st.epoch,
+        "stopped": st.stopped,
+        "diverged": diverged,
+        "reused_from": None,  # checkpoint.adopt_finished: the search run whose record this is
+        **own,
+        "wall_time_s": wall_s,
+        "samples_per_s": samples_per_s,
+        "peak_memory_mb": round(peak_memory_mb, 1),
+        "peak_memory_method": memory_method,
+        **environment(device),
+        "kernel_env": kernel_env(),
+        "training_code": training_code(run),  # psrnn.engine.codehash digest (its checkpoint's too)
+        "config": run.to_dict(),
+    }
+    expected = metric_keys(registry.of_settings(run))
+    if set(metrics) != expected:  # a new or lost field must update the study's METRIC_KEYS
+        raise AssertionError(
+            f"metrics.json keys differ from the study's: missing {sorted(expected - set(metrics))} (its "
+            f"finish must return them), undeclared {sorted(set(metrics) - expected)} (add to its METRIC_KEYS)"
+        )
+    return metrics

@@ -1,0 +1,216 @@
+"""Re-stamp finished runs with the digest of today's training code, once runs re-trained by
+today's code give their recorded numbers: `python -m psrnn restamp`.
+
+    python -m psrnn restamp --config config/relreg.yaml                # one run per experiment
+    python -m psrnn restamp --config config/relreg.yaml --per-experiment 3
+    python -m psrnn restamp --config config/relreg.yaml --dry-run      # re-train and compare only
+
+A run records the digest of the code that trained it (metrics.json's `training_code`,
+psrnn.engine.codehash), and a selection the digest its search was made with (its
+selected.json stamp, psrnn.workflow.selection_stamp). When the code that trains changes,
+Snakemake re-trains every such run. A change that moves no number (a refactor, a moved
+module that changes a module's local names, an error message) need not: restamp proves it
+instead. For every experiment it re-trains the first `--per-experiment` runs the code
+change left stale (final runs first, then search runs; each from its recorded settings,
+with the recorded CPU threads and kernel variables, in a scratch folder) and compares each
+with its record, key by key (the study's regression keys: accuracies, epochs and counts
+exactly, and the per-length accuracies where a study has them; a member of a fused group is
+trained again with its group, as a batched model's numbers are its members' together). Only
+when every one
+matches does it rewrite the stale runs' `training_code` and the selections' stamps, and
+records the proof in `results/<name>/restamp.json` (the digests, the runs re-trained, the
+machine). Any difference is one line naming the run and the key, and nothing is written:
+re-train then (`psrnn stale --config ... --code --forget`, then Snakemake).
+
+Why not trust a digest of the code alone: a refactor changes the code, so only its numbers
+can show it changed nothing. A sample is a proof for the code paths the sampled runs take;
+one run per experiment takes each experiment's model and settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from psrnn import config as C
+from psrnn import registry
+from psrnn.engine import codehash
+from psrnn.engine.groups import fused_finals, fused_search, group_key, search_groups
+from psrnn.errors import UserError
+from psrnn.files import read_json, write_json
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument(
+        "--per-experiment",
+        type=int,
+        default=1,
+        metavar="N",
+        help="stale runs re-trained per experiment as the proof (default 1; at least 1)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="re-train and compare, write nothing")
+
+
+def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int) -> list[Path]:
+    """The first `per_experiment` stale runs of every experiment: final runs (by seed), then
+    search runs (by grid order)."""
+    out = []
+    for exp in C.enabled_experiments(cfg):
+        finals = [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
+        search = (
+            [
+                Path(C.search_dir(cfg, exp, pid)) / "metrics.json"
+                for pid, _ in C.grid_points(cfg["experiments"][exp])
+            ]
+            if C.has_grid(cfg, exp)
+            else []
+        )
+        out += [p for p in finals + search if p in stale][:per_experiment]
+    return out
+
+
+def fused(cfg: dict[str, Any], record: dict[str, Any], run: Any) -> bool:
+    """Whether the run trained as a member of a fused group (the suite fuses its kind)."""
+    if group_key(run) is None:
+        return False
+    return fused_search(cfg) if record.get("point") else fused_finals(cfg)
+
+
+def trained_with(cfg: dict[str, Any], path: Path) -> list[Path]:
+    """The records of the runs that trained together with the run `path` records, itself
+    among them: its fused group as Snakemake trains it (the search group of its grid point;
+    every final seed of its experiment but those that took their search run's record), or
+    itself alone. A batched model's numbers are those of its members together."""
+    record = read_json(path)
+    if not fused(cfg, record, C.coerce_run(record["config"], registry.study_name(cfg))):
+        return [path]
+    exp = record["experiment"]
+    if record.get("point"):
+        points = next(ps for ps in search_groups(cfg, exp).values() if record["point"] in ps)
+        return [Path(C.search_dir(cfg, exp, p)) / "metrics.json" for p in points]
+    finals = [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
+    return [p for p in finals if p.is_file() and not read_json(p).get("reused_from")]
+
+
+def differences(cfg: dict[str, Any], record: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """'key: recorded X, re-trained Y' for every regression key that differs (exactly)."""
+    out = []
+    for key in registry.study_of(cfg).regression_keys:
+        if record.get(key) != got.get(key):
+            out.append(f"{key}: recorded {record.get(key)!r}, re-trained {got.get(key)!r}")
+    if record.get("test") != got.get("test"):  # a study's per-length accuracies, where it has them
+        out.append("test: the per-length accuracies differ")
+    return out
+
+
+def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path, list[str]]:
+    """Train the runs `paths` record again, together as they trained, in `scratch`: each
+    record's differences from its run trained again."""
+    import torch
+
+    from psrnn.engine.checkpoint import kernel_env
+    from psrnn.engine.fit import fit
+    from psrnn.engine.group import Job, fit_group
+
+    records = [read_json(p) for p in paths]
+    for path, record in zip(paths, records, strict=True):
+        if not str(record.get("device", "cpu")).startswith("cpu"):
+            raise UserError(
+                f"{path}: trained on {record['device']}; restamp re-trains on the CPU and cannot compare"
+            )
+        wanted, now = record.get("kernel_env") or {}, kernel_env()
+        if any(now.get(k) != v for k, v in wanted.items()):
+            raise UserError(
+                f"{path}: trained under {wanted}, this process runs under {now}: run restamp under the "
+                "suite's job_env (python -m psrnn restamp applies it)"
+            )
+    torch.set_num_threads(int(records[0].get("torch_threads") or 1))
+    jobs = [
+        Job(
+            C.coerce_run(r["config"], registry.study_name(cfg)),
+            scratch / str(i),
+            {"experiment": r["experiment"], "config_name": r["config_name"], "point": r.get("point")},
+        )
+        for i, r in enumerate(records)
+    ]
+    quiet = lambda _: None  # noqa: E731
+    if len(jobs) == 1 and not fused(cfg, records[0], jobs[0].run):
+        got = [fit(jobs[0].run, jobs[0].out_dir, jobs[0].meta, log=quiet)]
+    else:
+        got = fit_group(jobs, log=quiet, save_every_s=3600.0)
+    return {p: differences(cfg, r, g or {}) for p, r, g in zip(paths, records, got, strict=True)}
+
+
+def restamp_selections(cfg: dict[str, Any], old: set[str], new: str, write: bool) -> list[Path]:
+    """The experiments' selected.json stamped with a digest of `old` (re-stamped with `new`)."""
+    from psrnn import workflow as W
+
+    done = []
+    for exp in C.enabled_experiments(cfg):
+        path = Path(W.selection(cfg, exp))
+        if not C.has_grid(cfg, exp) or not path.is_file():
+            continue
+        recorded = read_json(path).get(W.SPEC_KEY)
+        if any(recorded == W.selection_stamp(cfg, exp, digest=d)[W.SPEC_KEY] for d in old):
+            if write:
+                write_json(path, {**read_json(path), **W.selection_stamp(cfg, exp, digest=new)})
+            done.append(path)
+    return done
+
+
+def run(args: argparse.Namespace) -> int:
+    from psrnn.engine.stale import stale_runs
+    from psrnn.machine import cpu_name
+
+    if args.per_experiment < 1:
+        raise UserError(f"--per-experiment {args.per_experiment}: must be at least 1 (the proof)")
+    cfg = C.load_suite(args.config)
+    new = codehash.training_digest(registry.study_name(cfg))
+    stale = [path for path, _, _ in stale_runs(cfg, code=True)]
+    old = {str(read_json(p)["training_code"]) for p in stale}
+    if not stale:
+        print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
+        return 0
+    proof = sample(cfg, stale, args.per_experiment)
+    retrained: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="psrnn-restamp-") as tmp:
+        for i, path in enumerate(proof):
+            if path in retrained:  # trained again with an earlier one's group
+                continue
+            together = trained_with(cfg, path)
+            for member, diff in retrain(cfg, together, Path(tmp) / str(i)).items():
+                if diff:
+                    raise UserError(
+                        f"{member}: re-trained by today's code, {diff[0]}: the code change moves numbers; "
+                        f"re-train instead (python -m psrnn stale --config {args.config} --code --forget)"
+                    )
+            retrained += together
+            print(
+                f"same numbers: {path}"
+                + (f" and the {len(together) - 1} run(s) of its group" if len(together) > 1 else "")
+            )
+    selections = restamp_selections(cfg, old, new, write=not args.dry_run)
+    if not args.dry_run:
+        for path in stale:
+            write_json(path, {**read_json(path), "training_code": new})
+        record = {
+            "from": sorted(old),
+            "to": new,
+            "retrained": [str(p) for p in retrained],
+            "restamped_runs": len(stale),
+            "restamped_selections": [str(p) for p in selections],
+            "machine": f"{cpu_name()}, torch threads as each run recorded",
+            "command": f"python -m psrnn restamp --config {args.config} "
+            f"--per-experiment {args.per_experiment}",
+        }
+        write_json(C.results_root(cfg) / "restamp.json", record)
+    what = "would re-stamp" if args.dry_run else "re-stamped"
+    print(
+        f"restamp {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; {what} "
+        f"{len(stale)} run(s) and {len(selections)} selection(s) from "
+        f"{', '.join(d[:12] for d in sorted(old))} to {new[:12]}"
+    )
+    return 0

@@ -1,1 +1,0 @@
-"""The second study: relation-level regularization of RNNs on the Binary Counter task (psrnn.studies)."""

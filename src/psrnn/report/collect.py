@@ -1,0 +1,421 @@
+"""Reading finished runs, dataset manifests and the reference file (the I/O edge of compile).
+
+    python -m psrnn compile --config config/small.yaml
+
+A run counts as finished when its `metrics.json` exists (training writes it last), so a
+run still in progress or never started is simply missing, never a zero.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from psrnn import config as C
+from psrnn.errors import UserError
+from psrnn.files import read_json
+from psrnn.report import fmt
+
+REFERENCE_PATH = C.ROOT / "config" / "reference.yaml"
+KINDS = ("gru", "full", "ps")  # plain GRU, full share (Trinh et al. RNN-AE), private/shared
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished (experiment, seed): its folder and its metrics.json."""
+
+    experiment: str
+    seed: int
+    dir: Path
+    metrics: dict[str, Any]
+
+    def value(self, key: str) -> float:
+        v = self.metrics.get(key)
+        return math.nan if v is None else float(v)
+
+
+@dataclass
+class Suite:
+    """Everything compile reads, gathered once; tables, figures and the report are pure
+    functions of it."""
+
+    cfg: dict[str, Any]
+    reference: dict[str, Any]
+    runs: dict[str, list[Run]]  # enabled experiment -> finished runs, by seed
+    settings: dict[str, dict[str, Any]]  # enabled experiment -> resolved RunConfig dict
+    manifests: dict[str, dict[str, Any]]  # dataset -> manifest.json (prepared datasets only)
+    search: list[dict[str, Any]] = field(default_factory=list)  # search runs' metrics.json
+    # experiment with a grid -> its selected.json (the one its final runs were checked against)
+    selections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # other *.md beside REPORT.md: how the runs were made
+
+    @property
+    def name(self) -> str:
+        return self.cfg["name"]
+
+    @property
+    def paper_scale(self) -> bool:
+        return bool(self.cfg.get("paper_scale", False))
+
+    @property
+    def reduced_scale(self) -> bool:
+        """A check at reduced scale that names itself (`scale_label`, e.g. config/mnist-real.yaml):
+        its seeds read the paper's orderings, labelled as at this scale; its values are not
+        compared with the paper's. The small configs (no scale_label) read nothing."""
+        return not self.paper_scale and "scale_label" in self.cfg
+
+    @property
+    def scale_name(self) -> str:
+        """What a config that is not paper-scale is ("reduced-scale check on real digits",
+        "small config")."""
+        return fmt.scale_name(self.cfg)
+
+    @property
+    def scale_label(self) -> str | None:
+        """The label every table, figure and report of a config that is not paper-scale
+        carries ("small config — not a reproduction of the paper"); None at paper scale."""
+        return fmt.not_paper_label(self.cfg)
+
+    @property
+    def experiments(self) -> list[str]:
+        """Enabled experiments in config order (the order of every listing)."""
+        return list(self.settings)
+
+    def ref_of(self, experiment: str) -> str | None:
+        return self.cfg["experiments"][experiment].get("ref")
+
+    def experiments_for(self, ref_id: str) -> list[str]:
+        return [e for e in self.experiments if self.ref_of(e) == ref_id]
+
+    def kind(self, experiment: str) -> str:
+        return model_kind(self.settings[experiment])
+
+
+# --- reference ----------------------------------------------------------------------------
+
+
+def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
+    """A study's reference numbers (config/reference.yaml, config/relreg-reference.yaml),
+    read as the suite configs are (a syntax error is `file:line:column: problem`)."""
+    from psrnn.yamlfiles import read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"reference file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a reference file (a mapping of tables expected)")
+    return {**data, "file": str(path)}  # named by the checks of its `ref:`s
+
+
+def reference_ids(reference: dict[str, Any]) -> set[str]:
+    return {row["id"] for key in ("table2", "table3", "table4", "figures") for row in reference.get(key, [])}
+
+
+def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
+    """A `ref:` that names no reference row is a typo that would silently drop a row."""
+    known = reference_ids(reference)
+    for name, exp in cfg["experiments"].items():
+        ref = exp.get("ref")
+        if ref is not None and ref not in known:
+            raise C.ConfigError(
+                f"experiments.{name}.ref: {ref!r} is not a row of "
+                f"{reference.get('file', 'config/reference.yaml')}"
+            )
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def model_kind(settings: dict[str, Any]) -> str:
+    """gru (no auxiliary task), full (every unit shared) or ps (private/shared)."""
+    r = int(round(float(settings.get("shared", 0)) * int(settings.get("hidden", 1))))
+    if r == 0 or not settings.get("tasks") or int(settings.get("anchors", 0)) == 0:
+        return "gru"
+    return "full" if r >= int(settings["hidden"]) else "ps"
+
+
+def shared_percent(settings: dict[str, Any]) -> float:
+    """The shared proportion actually realised: round(shared * d) units of d, in %."""
+    d = int(settings["hidden"])
+    return 100.0 * int(round(float(settings["shared"]) * d)) / d
+
+
+# what every run's metrics.json must hold for compile to read it (psrnn.engine.fit writes more)
+REQUIRED = ("experiment", "seed", "test_acc", "best_valid_acc", "best_epoch", "epochs_run", "config")
+ACCURACIES = ("test_acc", "best_valid_acc")  # fractions in [0, 1]
+LENGTH_ACCURACIES = ("seq_acc", "bit_acc")  # the same, per test length (`test`: bits -> ...)
+
+
+def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point: str | None = None) -> dict:
+    """A run's metrics.json, checked to be a run of this suite: its required keys, its
+    accuracies in [0, 1], and its recorded settings those the suite gives that run (a final
+    run: those of one of the experiment's grid points, the one selection chose). Anything
+    else is a UserError naming the file: a run of other settings or an edited record is
+    never compiled as the suite's."""
+    from psrnn.engine.checkpoint import config_differences
+
+    m = read_json(path)
+    missing = [k for k in REQUIRED if not isinstance(m, dict) or k not in m]
+    if missing:
+        raise UserError(f"{path}: not a finished run's record (no {', '.join(missing)}); delete its folder")
+    accuracies = [(key, m[key]) for key in ACCURACIES]
+    per_length = m.get("test") if isinstance(m.get("test"), dict) else {}  # the second study's
+    accuracies += [
+        (f"test.{k}.{f}", t[f])
+        for k, t in per_length.items()
+        if isinstance(t, dict)
+        for f in LENGTH_ACCURACIES
+        if f in t
+    ]
+    for key, v in accuracies:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+            raise UserError(f"{path}: {key} = {v!r} is not an accuracy in [0, 1]; delete its folder")
+    if m["seed"] != seed or m["experiment"] != experiment:
+        raise UserError(
+            f"{path}: records experiment {m['experiment']!r} seed {m['seed']}, not {experiment} {seed}"
+        )
+    exp = cfg["experiments"][experiment]
+    points: list[str | None] = [point] if point is not None else [pid for pid, _ in C.grid_points(exp)]
+    points = points or [None]  # no grid: the experiment's one setting
+    # the points whose own settings the record carries first (usually one): a large grid is
+    # then resolved in full only for a record that is no run of the suite
+    recorded = m["config"]
+    points.sort(key=lambda p: p is not None and any(recorded.get(k) != v for k, v in point_settings(exp, p)))
+    tried = []
+    for pid in points:
+        overrides = C.point_overrides(exp, pid) if pid is not None else None
+        run = C.resolve_run(cfg, experiment, seed, selected=overrides)
+        diff = config_differences(m["config"], run)
+        if not diff:
+            return m
+        tried.append(diff)
+    fewest = min(tried, key=len)
+    raise UserError(
+        f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
+        "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
+    )
+
+
+def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
+    """The settings grid point `point` sets, as (key, value), values as records hold them."""
+    return [
+        (k, list(v) if isinstance(v, tuple) else v) for k, v in (C.point_overrides(exp, point) or {}).items()
+    ]
+
+
+def load_runs(
+    cfg: dict[str, Any], results_dir: Path, selections: dict[str, dict[str, Any]] | None = None
+) -> dict[str, list[Run]]:
+    """Finished runs of every enabled experiment for the config's seeds (sorted), each
+    checked to be the suite's (suite_run) against its selection (`selections`, as
+    load_selections reads them; read here if not given)."""
+    from psrnn.engine.selection import overrides_for
+
+    if selections is None:
+        selections = load_selections(cfg, results_dir)
+    out: dict[str, list[Run]] = {}
+    for exp in C.enabled_experiments(cfg):
+        sel = selections.get(exp)
+        runs = []
+        for seed in sorted(cfg["seeds"]):
+            d = results_dir / "runs" / exp / f"seed{seed}"
+            if (d / "metrics.json").is_file():
+                point = overrides_for(sel, seed)[0] if sel else None
+                runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
+        out[exp] = runs
+    return out
+
+
+def load_selections(cfg: dict[str, Any], results_dir: Path) -> dict[str, dict[str, Any]]:
+    """Enabled experiment -> its selected.json under `results_dir` (read_selection), for the
+    experiments that have one."""
+    found = {exp: read_selection(cfg, results_dir, exp) for exp in C.enabled_experiments(cfg)}
+    return {exp: sel for exp, sel in found.items() if sel is not None}
+
+
+def read_selection(cfg: dict[str, Any], results_dir: Path, experiment: str) -> dict[str, Any] | None:
+    """The experiment's selected.json under `results_dir` when it has a grid and one is
+    there (its final runs must then be of the point it gives their seed), else None."""
+    from psrnn.engine.selection import read_selected
+
+    if not C.has_grid(cfg, experiment):
+        return None
+    path = results_dir / C.selection_path(cfg, experiment).relative_to(C.results_root(cfg))
+    if not path.is_file():
+        return None
+    try:
+        return read_selected(path, experiment)
+    except UserError:
+        raise
+    except (ValueError, OSError) as err:
+        raise UserError(
+            f"{path}: not a readable selected.json ({err}); run `python -m psrnn select` again"
+        ) from err
+
+
+def load_settings(cfg: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, dict[str, Any]]:
+    """Each experiment's run settings: from its first run when there is one (the truth,
+    grid selection included), else resolved from the config."""
+    out = {}
+    for exp, rs in runs.items():
+        if rs and isinstance(rs[0].metrics.get("config"), dict):
+            out[exp] = rs[0].metrics["config"]
+        else:
+            out[exp] = C.resolve_run(cfg, exp, sorted(cfg["seeds"])[0]).to_dict()
+    return out
+
+
+def load_search(cfg: dict[str, Any], results_dir: Path) -> list[dict[str, Any]]:
+    """metrics.json of every grid-search run of the suite's experiments (only their wall
+    time is reported), each checked to be the suite's (suite_run); folders of experiments
+    or points the suite no longer has are left out."""
+    out = []
+    for path in sorted((results_dir / "search").glob("*/*/metrics.json")):
+        exp, pid = path.parent.parent.name, path.parent.name
+        if exp in cfg["experiments"] and pid in {p for p, _ in C.grid_points(cfg["experiments"][exp])}:
+            out.append(suite_run(cfg, path, exp, C.search_seed(cfg), point=pid))
+    return out
+
+
+def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for ds in C.enabled_datasets(cfg):
+        p = data_dir / "prepared" / ds / "manifest.json"
+        if p.is_file():
+            out[ds] = read_json(p)
+    return out
+
+
+def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, data_dir: Path) -> Suite:
+    check_refs(cfg, reference)
+    selections = load_selections(cfg, results_dir)
+    runs = load_runs(cfg, results_dir, selections)
+    return Suite(
+        cfg=cfg,
+        reference=reference,
+        runs=runs,
+        selections=selections,
+        settings=load_settings(cfg, runs),
+        manifests=load_manifests(cfg, data_dir),
+        search=load_search(cfg, results_dir),
+        notes=load_notes(results_dir),
+    )
+
+
+def all_runs(s: Suite) -> list[Run]:
+    """Every finished run of the suite's enabled experiments, in config order."""
+    return [r for exp in s.experiments for r in s.runs.get(exp, [])]
+
+
+def load_notes(results_dir: Path) -> list[str]:
+    """The notes a person left beside the report (RUN.md, GPU-RUN.md, ...), by name."""
+    return sorted(p.name for p in results_dir.glob("*.md") if p.name != "REPORT.md")
+
+
+def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
+    """A finished run's history.csv (`columns` and its epochs only, if given), None when it
+    has none; a damaged one (unreadable, a column missing, epochs other than 1..epochs_run
+    of its metrics.json, as a cut file has) is a UserError naming it: compile never plots
+    or averages part of a run."""
+    p = run.dir / "history.csv"
+    if not p.is_file():
+        return None
+    try:
+        h = pd.read_csv(io.StringIO(p.read_text()), usecols=None if columns is None else ["epoch", *columns])
+    except (ValueError, UnicodeDecodeError, OSError) as err:  # pandas' parser errors are ValueErrors
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{p}: not a readable history ({why}); delete its folder") from None
+    ran = run.metrics.get("epochs_run")
+    epochs = list(h["epoch"]) if "epoch" in h else []
+    if isinstance(ran, int) and epochs != list(range(1, ran + 1)):
+        raise UserError(
+            f"{p}: holds {len(epochs)} epoch row(s), but its metrics.json ran {ran} epochs (cut or edited); "
+            "delete its folder"
+        )
+    return h
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray] | None:
+    """A run's .npz arrays, None when it has none; a damaged one is a UserError naming it."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in sorted(z.files)}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"{path}: damaged ({type(err).__name__}: {err}); delete its run folder") from None
+
+
+# --- manifests ----------------------------------------------------------------------------
+
+
+def _dig(d: Any, *paths: str) -> Any:
+    """The first of several dotted key paths present in a nested dict (None if none is).
+
+    Manifests are written by the data preparation code; reading a few spellings keeps
+    compile working while that format settles.
+    """
+    for path in paths:
+        cur = d
+        for key in path.split("."):
+            if isinstance(cur, dict) and key in cur:
+                cur = cur[key]
+            else:
+                cur = None
+                break
+        if cur is not None:
+            return cur
+    return None
+
+
+def manifest_stats(m: dict[str, Any]) -> dict[str, float | None]:
+    """Table 1's numbers from a manifest: mean length (train split), classes, split sizes."""
+    out: dict[str, float | None] = {"classes": _num(_dig(m, "num_classes", "classes"))}
+    for split in C_SPLITS:
+        out[split] = _num(
+            _dig(
+                m,
+                f"counts.{split}",
+                f"splits.{split}.count",
+                f"splits.{split}.n",
+                f"splits.{split}.size",
+                f"{split}.count",
+                f"{split}.n",
+                f"sizes.{split}",
+            )
+        )
+    mean = _dig(
+        m,
+        "lengths.train.mean",
+        "length.train.mean",
+        "splits.train.length.mean",
+        "splits.train.lengths.mean",
+        "splits.train.mean_length",
+        "train.length.mean",
+        "mean_length.train",
+        "length_stats.train.mean",
+    )
+    out["mean_length"] = _num(mean)
+    return out
+
+
+C_SPLITS = ("train", "valid", "test")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (list, tuple)):  # e.g. classes given as a list of names
+        return float(len(v))
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,336 @@
+"""A `study: relreg` suite's finished runs, read, and the numbers every output takes from
+them: Table 4.5's rows and cells, the ablations (psrnn.studies.relreg.ablations), the figures
+(psrnn.studies.relreg.figures) and REPORT.md (psrnn.studies.relreg.report); psrnn.studies.relreg.results
+writes
+them all.
+
+    python -m psrnn compile --config config/relreg.yaml
+
+Reads, under results/<name>/ (the layout of psrnn.config: run_dir, search_dir):
+runs/<experiment>/seed<k>/metrics.json, search/<experiment>/<point>/metrics.json,
+search/<experiment>/selected.json, and config/relreg-reference.yaml (the thesis' numbers).
+Accuracies are in % like the first study's tables; missing runs give empty summaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psrnn import config as C
+from psrnn.report import fmt
+from psrnn.report.collect import Suite, load_notes, load_runs, load_selections, load_settings, suite_run
+from psrnn.report.stats import Summary
+from psrnn.studies.relreg import verdicts as V
+
+REFERENCE_PATH = C.ROOT / "config" / "relreg-reference.yaml"
+
+
+@dataclass
+class RelRegSuite(Suite):
+    """The first study's Suite (cfg, reference, final runs, settings; `search` = every search
+    run's metrics.json) plus what this study's figures need."""
+
+    points: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)  # exp -> grid order
+    selected: dict[str, str] = field(default_factory=dict)  # exp -> point of search/<exp>/selected.json
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def reference_rows(reference: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """id -> row of every referable row: Table 4.5's and the figure-only ones."""
+    return {r["id"]: r for key in ("table45", "figures") for r in reference.get(key, [])}
+
+
+def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
+    """A `ref:` that names no reference row is a typo that would silently drop a row."""
+    known = reference_rows(reference)
+    for name, exp in cfg["experiments"].items():
+        if exp.get("ref") is not None and exp["ref"] not in known:
+            raise C.ConfigError(
+                f"experiments.{name}.ref: {exp['ref']!r} is not a row of "
+                f"{reference.get('file', REFERENCE_PATH.name)}"
+            )
+
+
+def _under(results_dir: Path, path: Path, cfg: dict[str, Any]) -> Path:
+    """psrnn.config's path of a run folder, moved from results/<name> to `results_dir`."""
+    return results_dir / path.relative_to(C.results_root(cfg))
+
+
+def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) -> RelRegSuite:
+    check_refs(cfg, reference)
+    selections = load_selections(cfg, results_dir)
+    runs = load_runs(cfg, results_dir, selections)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
+    points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for exp in C.enabled_experiments(cfg):
+        found = []
+        for pid, _ in C.grid_points(cfg["experiments"][exp]):
+            p = _under(results_dir, C.search_dir(cfg, exp, pid), cfg) / "metrics.json"
+            if p.is_file():
+                found.append((pid, suite_run(cfg, p, exp, C.search_seed(cfg), point=pid)))
+        points[exp] = found
+    return RelRegSuite(
+        cfg=cfg,
+        reference=reference,
+        runs=runs,
+        settings=load_settings(cfg, runs),
+        manifests={},
+        search=[m for exp in points for _, m in points[exp]],
+        points=points,
+        selected={exp: str(sel.get("point")) for exp, sel in selections.items()},
+        selections=selections,
+        notes=load_notes(results_dir),
+    )
+
+
+# --- numbers ------------------------------------------------------------------------------------
+
+
+def bit_counts(s: Suite) -> list[int]:
+    """Table 4.5's columns: the thesis' bit counts and every one our runs test."""
+    out = {int(k) for r in s.reference["table45"] for k in r["acc"]}
+    out |= {int(k) for st in s.settings.values() for k in st.get("test_bits", [])}
+    out |= {int(k) for rs in s.runs.values() for r in rs for k in r.metrics.get("test", {})}
+    return sorted(out)
+
+
+def seed_values(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> list[float]:
+    """Test accuracy (%) on `bits`-bit numbers of each finished seed, in seed order."""
+    runs = s.runs.get(exp, []) if exp else []
+    return V.percent_values([r.metrics.get("test", {}).get(str(bits), {}).get(key) for r in runs])
+
+
+def per_length(s: Suite, exp: str | None, bits: int, key: str = "seq_acc") -> Summary:
+    """Test accuracy (%) on `bits`-bit numbers over the finished seeds: mean, std and the 95 %
+    percentile bootstrap interval of the mean (psrnn.studies.relreg.verdicts)."""
+    return V.bootstrap(seed_values(s, exp, bits, key))
+
+
+def seq_at(metrics: dict[str, Any], bits: int) -> float | None:
+    """A run's test sequence accuracy (%) on `bits`-bit numbers, None where it has none."""
+    v = metrics.get("test", {}).get(str(bits), {}).get("seq_acc")
+    return None if v is None else 100.0 * float(v)
+
+
+def paper_value(ref: dict[str, Any] | None, bits: int) -> float | None:
+    """The thesis' value in %, None where it prints none."""
+    v = (ref or {}).get("acc", {}).get(bits)
+    return None if v is None else 100.0 * float(v)
+
+
+def sweep_points(s: RelRegSuite, exp: str) -> list[tuple[str, dict[str, Any]]]:
+    """The grid points Figures 4.1-4.2 show: a proto experiment's with the reference's
+    `figure_cells` cells ("4 Proto-LSTMs"), all of them where none has that many; every
+    point of the other models."""
+    points = s.points.get(exp, [])
+    k = s.reference.get("figure_cells")
+    if k is None or s.settings.get(exp, {}).get("model") != "proto":
+        return points
+    return [(p, m) for p, m in points if m.get("config", {}).get("cells") == k] or points
+
+
+def tied_points(s: RelRegSuite, exp: str) -> int:
+    """Grid points of `exp` whose search run reached the best validation sequence accuracy
+    of its grid (the tie set)."""
+    accs = [float(m.get("best_valid_acc", 0.0)) for _, m in s.points.get(exp, [])]
+    return sum(1 for a in accs if a == max(accs)) if accs else 0
+
+
+def short(v: str) -> str:
+    """A verdict in a few words for the table: 'reproduced', 'not reproduced, ours lower'."""
+    head, _, rest = v.partition(" (")
+    if head == "not reproduced":
+        return f"{head}, {rest.rstrip(')')}"
+    return fmt.DASH if head in ("missing", "no paper value") else head
+
+
+# The two Table 4.5s: its experiments with a grid (as our search selects them) and without
+# one (fixed settings: config/relreg.yaml's *_thesis rows train the thesis' bolded ones)
+SEARCH, FIXED = "search", "fixed"
+
+
+def table_of(s: Suite, exp: str) -> str:
+    """Which Table 4.5 a `ref:` experiment is a row of: SEARCH (it has a grid) or FIXED."""
+    return SEARCH if C.has_grid(s.cfg, exp) else FIXED
+
+
+def rows(
+    s: Suite, extra: bool = False, table: str | None = SEARCH
+) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """(reference row, experiment) of every row of one Table 4.5 (`table`: SEARCH, FIXED;
+    None: both) in the thesis' order, one per experiment with that `ref` (experiment None
+    when the config has none); with `extra`, then every other enabled experiment (its
+    figure-only reference row or None)."""
+    out: list[tuple[dict[str, Any] | None, str | None]] = []
+    for ref in s.reference["table45"]:
+        found = [e for e in s.experiments_for(ref["id"]) if table is None or table_of(s, e) == table]
+        exps: list[str | None] = list(found) or [None]
+        out += [(ref, e) for e in exps]
+    if extra:
+        known = reference_rows(s.reference)
+        listed = {e for _, e in out}
+        out += [
+            (known.get(s.ref_of(e) or ""), e)
+            for e in s.experiments
+            if e not in listed and s.ref_of(e) not in {r["id"] for r in s.reference["table45"]}
+        ]
+    return out
+
+
+def cells(s: Suite, extra: bool = False, table: str | None = SEARCH) -> list[dict[str, Any]]:
+    """One record per (row, number of bits) of one Table 4.5 (rows' `table`): the thesis'
+    value, ours (sequence accuracy per seed and summarised, bit accuracy as a diagnostic),
+    the verdict (the thesis' value against our sequence accuracy, psrnn.studies.relreg.verdicts)
+    and, where it is not reproduced, its cause."""
+    out = []
+    for ref, exp in rows(s, extra, table):
+        thesis_row = {int(k): 100.0 * float(v) for k, v in (ref or {}).get("acc", {}).items()}
+        for k in bit_counts(s):
+            xs = seed_values(s, exp, k)
+            seq, bit, paper = V.bootstrap(xs), per_length(s, exp, k, "bit_acc"), paper_value(ref, k)
+            count = test_count(s, exp, k)
+            v = verdict_at(s, ref, exp, k)
+            twin = twin_verdict(s, ref, exp, k)
+            key, why = V.cause(v, paper, xs, count, thesis_row, twin, s.settings.get(exp or "", {}))
+            out.append(
+                {
+                    "ref": ref["id"] if ref else "",
+                    "model": ref["model"] if ref else str(exp),
+                    "experiment": exp or "",
+                    "bits": k,
+                    "count": count,
+                    "paper": paper,
+                    "values": xs,
+                    "seq": seq,
+                    "bit": bit,
+                    "seeds": V.seeds_at(xs),
+                    "margin": V.margin(count),
+                    "verdict": v,
+                    "cause": key,
+                    "cause_text": why,
+                }
+            )
+    return out
+
+
+def twin_verdict(s: Suite, ref: dict[str, Any] | None, exp: str | None, bits: int) -> bool | None:
+    """For a SEARCH row: whether the same `ref` at fixed settings (a FIXED row) is reproduced at
+    `bits` bits; None for a FIXED row or where there is no such row."""
+    if ref is None or exp is None or table_of(s, exp) != SEARCH:
+        return None
+    fixed = [e for e in s.experiments_for(ref["id"]) if table_of(s, e) == FIXED]
+    return V.reproduced(verdict_at(s, ref, fixed[0], bits)) if fixed else None
+
+
+def test_count(s: Suite, exp: str | None, bits: int) -> int | None:
+    """How many test numbers `exp`'s runs have at `bits` bits (None without a run)."""
+    for r in s.runs.get(exp or "", []):
+        if str(bits) in r.metrics.get("test", {}):
+            return r.metrics["test"][str(bits)].get("count")
+    return None
+
+
+def verdict_at(s: Suite, ref: dict[str, Any] | None, exp: str | None, bits: int) -> str:
+    """The verdict of `exp`'s cell at `bits` bits against the thesis' row `ref`."""
+    ours = per_length(s, exp, bits)
+    return V.verdict(paper_value(ref, bits), ours, test_count(s, exp, bits), s.paper_scale)
+
+
+# --- the selection rule, stated from the settings ---------------------------------------------------
+
+
+def joined(items: list[str]) -> str:
+    """'4', '4 and 5', '4, 5 and 6'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def on_training(st: dict[str, Any]) -> bool:
+    """Whether a run with settings `st` selects on the training length alone."""
+    valid = [int(k) for k in st.get("valid_bits", [])]
+    return bool(valid) and set(valid) == {int(st["train_bits"])}
+
+
+def selection_data(st: dict[str, Any]) -> str:
+    """What a run with settings `st` selects on, e.g. 'all 48 numbers of 4 and 5 bits, longer
+    than the 3-bit training numbers'."""
+    valid, train, count = [int(k) for k in st.get("valid_bits", [])], int(st["train_bits"]), st["test_count"]
+    if not valid:
+        return fmt.DASH
+    sizes = [min(2**k, int(count)) for k in valid]
+    whole = all(2**k <= int(count) for k in valid)
+    numbers = f"{'all ' if whole else ''}{sum(sizes):,} numbers of {joined([str(k) for k in valid])} bits"
+    if min(valid) > train:
+        return f"{numbers}, longer than the {train}-bit training numbers"
+    if on_training(st):
+        return f"{numbers}, the training numbers themselves (no longer number)"
+    return f"{numbers}, the {train}-bit training length included"
+
+
+def summary_columns(
+    prefix: str, x: Summary, keys: tuple[str, ...] = ("mean", "ci_low", "ci_high")
+) -> dict[str, Any]:
+    """CSV columns `<prefix>_<key>` of a summary's numbers, in `keys`' order."""
+    return {f"{prefix}_{k}": getattr(x, k) for k in keys}
+
+
+def with_ci(x: Summary) -> str:
+    return fmt.DASH if x.n == 0 else f"{x.mean:.2f}" + (f" {fmt.ci(x)}" if x.n > 1 else "")
+
+
+# --- what a row's selection left of its regularisers -------------------------------------------
+
+REGULARIZERS = ("l2", "l2_cell", "l2_noncell", "noise")  # the thesis' regularisers (eq. 3.5-3.7)
+
+
+def grid_keys(grid: dict[str, Any] | None) -> set[str]:
+    """The run settings a grid varies, tied ones included."""
+    grid = grid or {}
+    return (set(grid) - {C.TIED}) | {k for item in grid.get(C.TIED) or [] for k in item}
+
+
+def unregularized(s: Suite, exp: str) -> tuple[list[str], int, int]:
+    """(the regularisers `exp`'s grid searches, how many of its final runs train with all of
+    them at 0, how many final runs)."""
+    searched = [k for k in REGULARIZERS if k in grid_keys(s.cfg["experiments"][exp].get("grid"))]
+    runs = s.runs.get(exp, [])
+    off = sum(1 for r in runs if all(not float(r.metrics.get("config", {}).get(k, 0)) for k in searched))
+    return searched, off, len(runs)
+
+
+def unregularized_caption(s: Suite, exps: list[str]) -> str:
+    """One sentence naming the experiments some of whose final runs train with every
+    regulariser their grid searches at 0 (a row named for its regulariser, trained without
+    it), with how many; '' when none."""
+    parts = []
+    for e in exps:
+        searched, off, n = unregularized(s, e)
+        if searched and off:
+            parts.append(f"{e} {off} of {n} ({', '.join(k + ' = 0' for k in searched)})")
+    if not parts:
+        return ""
+    return (
+        "Final runs at a point with every searched regulariser at 0 (the thesis' grids include 0): "
+        + "; ".join(parts)
+        + ". "
+    )
+
+
+def cut_grids(s: Suite) -> list[str]:
+    """Table 4.5's experiments whose grid leaves out values of the thesis' table for their
+    model: fewer tied shapes, or fewer values of a key other than a regulariser they leave at 0."""
+    by_model = {g["model"]: g for g in s.reference.get("grids", [])}
+    out = []
+    for exp in [e for _, e in rows(s) if e]:
+        g = by_model.get(s.settings[exp].get("model"))
+        if g is None:
+            continue
+        ours = s.cfg["experiments"][exp].get("grid") or {}
+        skip = {k for k in set(REGULARIZERS) - grid_keys(ours) if not float(s.settings[exp].get(k, 0))}
+        if len(ours.get(C.TIED) or []) < len(g["grid"].get(C.TIED) or []) or any(
+            not set(v) <= set(ours.get(k, [])) for k, v in g["grid"].items() if k not in skip | {C.TIED}
+        ):
+            out.append(exp)
+    return out
