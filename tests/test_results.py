@@ -180,7 +180,7 @@ def write_run(root: Path, cfg: dict, exp: str, seed: int, test_acc: float, valid
 
 
 def write_manifest(root: Path, name: str) -> None:
-    """The keys `python -m psrnn prepare` writes (src/psrnn/data/prepare.py)."""
+    """The keys `python -m psrnn prepare` writes (src/psrnn/studies/private_shared/data/prepare.py)."""
     d = root / "data" / name / "prepared" / "mnist"
     d.mkdir(parents=True)
     stats = {"mean": 196.0, "min": 196, "max": 196}

@@ -35,7 +35,7 @@ STAGE_FILES = {  # what each stage's commands read besides the common ones
 # config and results code, and Snakemake decides which jobs a code edit re-runs (none)
 COMMON = ["Snakefile", "config/schema.yaml"]
 CODE = {  # the digest of its code each stage depends on (the `code` stage writes them)
-    "data": "data",
+    "data": "psrnn-data",
     "train": "psrnn-train",
     "compile": "psrnn-compile",
     "relreg-train": "relreg-train",

@@ -305,20 +305,17 @@ def _fit(
         st.train_time_s += time.perf_counter() - t0
         valid = hooks.evaluate(model, data, run, device)
         row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
-        if note_epoch(st, row, hooks.score(valid), model, patience, max_epochs, may_stop(run, epoch)):
+        if record_epoch(st, row, valid, model, hooks, run, data, device, (patience, max_epochs), may_stop):
             torch_save(out_dir / "ckpt_best.pt", best_checkpoint(run, st))
-        captured = hooks.capture(model, data, run, device, epoch, valid)
-        if captured is not None:
-            st.captures[epoch] = captured
         st.wall_time_s += time.perf_counter() - session_start
         session_start = time.perf_counter()
         st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
         write_text(out_dir / "history.csv", history_csv(st.history, hooks.HISTORY_COLUMNS))
         save_last(last_path, run, st, model, opt, sched, gens, data.identity)
         log(hooks.epoch_line(row, run, st))
-        flag = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
-        if flag is not None and flag["epoch"] == epoch:  # once, at the epoch that crossed
-            log(diverged_line(flag, first_label))
+        crossed = divergence_crossed(st, hooks, first_loss, first_label)
+        if crossed is not None:
+            log(crossed)
 
     assert st.best_model is not None  # set at the first epoch's end: every score beats -1
     model.load_state_dict(st.best_model)
@@ -386,6 +383,38 @@ def finished(
     log(f"starting over: {metrics_path} is of a different config: {'; '.join(diff)}")
     metrics_path.unlink()
     return None
+
+
+def record_epoch(
+    st: RunState,
+    row: dict[str, Any],
+    valid: dict[str, Any],
+    model: nn.Module,
+    hooks: Any,
+    run: Any,
+    data: Any,
+    device: torch.device,
+    limits: tuple[int, int],
+    may_stop: Callable[[Any, int], bool],
+) -> bool:
+    """The bookkeeping of one trained and validated epoch, the same for a run (fit) and for
+    each member of a fused group (psrnn.engine.group): `row` (the epoch's history row) in
+    the history, the best epoch by the study's score of `valid` and the stop (note_epoch,
+    with the study's `limits` (patience, max epochs) and stop rule), then the study's
+    capture of the epoch, if any. Returns whether the epoch is the new best."""
+    epoch, (patience, max_epochs) = int(row["epoch"]), limits
+    best = note_epoch(st, row, hooks.score(valid), model, patience, max_epochs, may_stop(run, epoch))
+    captured = hooks.capture(model, data, run, device, epoch, valid)
+    if captured is not None:
+        st.captures[epoch] = captured
+    return best
+
+
+def divergence_crossed(st: RunState, hooks: Any, first_loss: float, first_label: str) -> str | None:
+    """The divergence line when the epoch just recorded is the one whose loss crossed
+    DIVERGENCE_FACTOR x the loss at initialisation (once per run), else None."""
+    flag = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    return diverged_line(flag, first_label) if flag is not None and flag["epoch"] == st.epoch else None
 
 
 def note_epoch(

@@ -16,7 +16,7 @@ their checkpoints hold, as it steps them itself) and their final evaluations, ba
 
 Every member keeps its own run folder with the files psrnn.engine.fit.fit writes (history.csv,
 ckpt_best.pt, ckpt_last.pt, the study's own files, metrics.json last) and the engine's
-bookkeeping (engine.note_epoch, engine.run_metrics, engine.restore): a finished member is
+bookkeeping (psrnn.engine.fit: record_epoch, run_metrics, restore): a finished member is
 returned without training, a member with a ckpt_last.pt resumes from it, and its
 ckpt_last.pt is the one engine.fit writes, so a member may also be resumed alone. Members
 resumed at different epochs train as separate cohorts. Differences from a lone run:
@@ -52,18 +52,19 @@ from psrnn.engine import groups, jobenv
 from psrnn.engine.checkpoint import Generators, RunState, adopt_finished, save_last
 from psrnn.engine.fit import (
     best_checkpoint,
+    divergence_crossed,
     finished,
     fit,
     hooks_of,
     non_finite_stop,
-    note_epoch,
     pick_device,
+    record_epoch,
     restore,
     run_metrics,
     seed_everything,
     stop_rule,
 )
-from psrnn.engine.runlog import diverged_line, divergence, history_csv
+from psrnn.engine.runlog import divergence, history_csv
 from psrnn.engine.selection import overrides_for, read_selected, refuse_switched_off
 from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text
@@ -230,7 +231,8 @@ def _train(
     while active:
         t0 = time.perf_counter()
         epoch = active[0].st.epoch + 1
-        loss, pen = batch.train_epoch(data, run0.batch_size, [m.gens.shuffle for m in active], noise)
+        columns = batch.train_epoch(data, run0.batch_size, [m.gens.shuffle for m in active], noise)
+        loss = columns[hooks.LOSS_COLUMN]
         train_s = time.perf_counter() - t0
         valids = batch.evaluate(data.valid)
         now = time.perf_counter()
@@ -247,23 +249,21 @@ def _train(
                     m.non_finite = non_finite_stop(m.st, epoch, message, log)
                     _save_records(m, hooks)  # its history and best epoch, as engine.fit has them
                 continue
-            row = {"epoch": epoch, "train_loss": float(loss[r]), "train_penalty": float(pen[r])}
+            row = {"epoch": epoch, **{k: float(v[r]) for k, v in columns.items()}}
             row.update(hooks.valid_row(valids[r]), epoch_time_s=share)
-            score = hooks.score(valids[r])
-            if list(score) > m.st.best_score or due:
+            if list(hooks.score(valids[r])) > m.st.best_score or due:
                 batch.write_back(r, m.model, m.opt)  # the member's own model holds its weights
-            stop_ok = may_stop(run, epoch)
-            m.best_unsaved |= note_epoch(m.st, row, score, m.model, patience, max_epochs, stop_ok)
-            captured = hooks.capture(m.model, data, run, device, epoch, valids[r])
-            if captured is not None:
-                m.st.captures[epoch] = captured
+            limits = (patience, max_epochs)
+            m.best_unsaved |= record_epoch(
+                m.st, row, valids[r], m.model, hooks, run, data, device, limits, may_stop
+            )
             m.st.train_time_s += train_s / len(active)
             m.st.wall_time_s += share
             m.st.peak_memory_mb = max(m.st.peak_memory_mb, memory.peak() / 2**20)
             m.rng["torch"] = noise[r].get_state()
-            flag = divergence(m.st.history, first_loss, hooks.LOSS_COLUMN)
-            if flag is not None and flag["epoch"] == epoch:
-                log(f"{m.job.out_dir}: {diverged_line(flag, first_label)}")
+            crossed = divergence_crossed(m.st, hooks, first_loss, first_label)
+            if crossed is not None:
+                log(f"{m.job.out_dir}: {crossed}")
             if m.st.stopped is not None and not due:
                 batch.write_back(r, m.model, m.opt)
             if due or m.st.stopped is not None:

@@ -138,7 +138,7 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     ]
     quiet = lambda _: None  # noqa: E731
     if len(jobs) == 1 and not fused(cfg, records[0], jobs[0].run):
-        got = [fit(jobs[0].run, jobs[0].out_dir, jobs[0].meta, log=quiet)]
+        got: list[dict[str, Any] | None] = [fit(jobs[0].run, jobs[0].out_dir, jobs[0].meta, log=quiet)]
     else:
         got = fit_group(jobs, log=quiet, save_every_s=3600.0)
     return {p: differences(cfg, r, g or {}) for p, r, g in zip(paths, records, got, strict=True)}

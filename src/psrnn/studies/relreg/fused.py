@@ -362,10 +362,11 @@ class Batched:
 
     def train_epoch(
         self, data: T.Data, batch_size: int, shuffles: list[torch.Generator], noise: list[torch.Generator]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One pass over the training sequences, each run in its own random batches:
-        (mean bit loss, mean penalty), (R,) float64 each; NaN for a run whose loss was not
-        finite (its weights are then garbage: psrnn.engine.group drops it)."""
+    ) -> dict[str, torch.Tensor]:
+        """One pass over the training sequences, each run in its own random batches: the
+        history's training columns, (R,) float64 each: `train_loss` (mean bit loss) and
+        `train_penalty` (mean penalty); NaN for a run whose loss was not finite (its weights
+        are then garbage: psrnn.engine.group drops it)."""
         lrs = torch.tensor([r.lr for r in self.runs], dtype=torch.float64)
         order = torch.stack([torch.randperm(len(data.train), generator=g) for g in shuffles])  # (R, N)
         loss_sum = torch.zeros(len(self), dtype=torch.float64)
@@ -390,7 +391,10 @@ class Batched:
             pen_sum += pen.detach().double()
             steps += 1
         nan = torch.full_like(loss_sum, math.nan)
-        return torch.where(bad, nan, loss_sum / steps), torch.where(bad, nan, pen_sum / steps)
+        return {
+            "train_loss": torch.where(bad, nan, loss_sum / steps),
+            "train_penalty": torch.where(bad, nan, pen_sum / steps),
+        }
 
     @torch.no_grad()
     def evaluate(self, splits: list[CounterSplit]) -> list[dict[str, Any]]:
