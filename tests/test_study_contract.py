@@ -22,7 +22,8 @@ from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, st
 from psrnn import config as C
 from psrnn import registry
 from psrnn.engine.checkpoint import ConfigChanged
-from psrnn.engine.fit import Hooks, fit, hooks_of, metric_keys
+from psrnn.engine.fit import fit, metric_keys
+from psrnn.engine.hooks import Hooks, hooks_of
 from psrnn.errors import TrainingDiverged
 from psrnn.files import read_json
 from psrnn.studies.relreg.settings import RelRegConfig
@@ -89,31 +90,42 @@ def test_every_study_has_a_case_and_hooks_the_engine_can_call():
 
 
 def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
-    """A hooks module missing a hook, or history columns without the engine's, is named
-    when the study loads it; the schema's `study` enum is the registry's names."""
-    import dataclasses
+    """Hooks lacking a hook, or history columns without the engine's, are named when the
+    study loads them; the schema's `study` enum is the registry's names."""
     import sys
     import types
 
+    from psrnn.engine import hooks as engine
     from psrnn.studies.private_shared import hooks as first
 
     fake = types.ModuleType("fake_hooks")
-    fake.__dict__.update({k: v for k, v in vars(first).items() if k not in ("build", "finish")})
+    own = {k: v for k, v in vars(first.PrivateSharedHooks).items() if not k.startswith("__")}
+    fake.Lacking = type("Lacking", (Hooks,), {k: v for k, v in own.items() if k not in ("build", "finish")})
+    fake.NoEpoch = type(
+        "NoEpoch",
+        (Hooks,),
+        {**own, "HISTORY_COLUMNS": tuple(c for c in first.HISTORY_COLUMNS if c != "epoch")},
+    )
+    fake.Whole = type("Whole", (Hooks,), own)
+    fake.NotHooks = object
     monkeypatch.setitem(sys.modules, "fake_hooks", fake)
-    row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks="fake_hooks")
-    with pytest.raises(
-        TypeError, match=r"^study fake: fake_hooks lacks build, finish \(psrnn.engine.fit.Hooks\)$"
+    engine._hooks.cache_clear()
+    for cls, error in (
+        ("Lacking", r"^study fake: fake_hooks:Lacking lacks build, finish \(psrnn.engine.hooks.Hooks\)$"),
+        ("NoEpoch", r"^study fake: fake_hooks:NoEpoch lacks epoch \(history.csv\)$"),
+        ("NotHooks", r"^study fake: fake_hooks:NotHooks is not a subclass of psrnn.engine.hooks.Hooks$"),
     ):
-        hooks_of(row)
-    fake.build, fake.finish = first.build, first.finish
-    fake.HISTORY_COLUMNS = tuple(c for c in first.HISTORY_COLUMNS if c != "epoch")
-    with pytest.raises(TypeError, match=r"^study fake: fake_hooks lacks epoch \(history.csv\)$"):
-        hooks_of(row)
-    fake.HISTORY_COLUMNS = first.HISTORY_COLUMNS
-    assert hooks_of(row) is fake
+        row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks=f"fake_hooks:{cls}")
+        with pytest.raises(TypeError, match=error):
+            hooks_of(row)
+    row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks="fake_hooks:Whole")
+    whole = hooks_of(row)
+    assert isinstance(whole, fake.Whole)
+    assert Hooks.capture(whole, None, None, None, None, 1, None) is None  # the defaults
     monkeypatch.setitem(registry.STUDIES, "fake", row)
     assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES]
     assert "fake" in C.suite_schema()["properties"]["study"]["enum"]
+    engine._hooks.cache_clear()
 
 
 def test_a_killed_run_resumes_to_exactly_the_uninterrupted_metrics(case, tmp_path):
@@ -222,7 +234,7 @@ def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_pat
     assert set(study.regression_keys) <= set(m)
     assert m["config"] == case.run.to_dict()
     columns = list(read_history(tmp_path / "run")[0])
-    assert columns == list(study.engine_hooks().HISTORY_COLUMNS)
+    assert columns == list(hooks_of(study).HISTORY_COLUMNS)
     best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)
     assert best["epoch"] == m["best_epoch"] and best["valid_acc"] == m["best_valid_acc"]
 

@@ -49,7 +49,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
     except OSError as err:  # a full disk names no file: the error names the one being written
-        if err.filename is None:
+        if err.filename is None and err.errno is not None:
             raise OSError(err.errno, err.strerror, str(target)) from err
         raise
     finally:

@@ -4,13 +4,14 @@ selection, check and compile serve every study alike.
 
     python -m psrnn config config/relreg.yaml     # study: relreg
 
-A row names the study's run-settings dataclass and its checks, its schema overlay (entries
-replacing those of config/schema.yaml), its hooks module (the science the engine calls:
-data, model, optimizer, one epoch, evaluation, the run's own outputs; psrnn.engine.fit.Hooks
-says what it holds), its results module (`output_paths(cfg)` and `compile(cfg,
-results_dir, reference)`), its reference numbers, and the facts the shared code asks of
-it. Adding a study is one row here plus those modules (README: "Add your own dataset,
-variant, model or study").
+A study's `Study` (its folder's study.py, named in PLUGINS by string) names its
+run-settings dataclass and its checks, its schema overlay (entries replacing those of
+config/schema.yaml), its hooks (the science the engine calls: data, model, optimizer, one
+epoch, evaluation, the run's own outputs; a subclass of psrnn.engine.hooks.Hooks), its
+results module (`output_paths(cfg)` and `compile(cfg, results_dir, reference)`), its
+reference numbers, and the facts the shared code asks of it; all by module name, so that
+reading them imports nothing of the study. Adding a study is one folder under
+src/psrnn/studies/ and one line in PLUGINS (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Study:
     check: str  # "module:function(run)": the run settings' cross-field checks
     check_in_suite: str | None  # "module:function(suite, experiment, run, source)": against the suite
     schema: str | None  # overlay on config/schema.yaml (None: that schema as it is)
-    hooks: str  # module the engine trains a run with (psrnn.engine.fit.Hooks)
+    hooks: str  # "module:Class": its psrnn.engine.hooks.Hooks, the science the engine calls
     results: str  # module with output_paths(cfg) and compile(cfg, results_dir, reference)
     reference: str  # reference numbers, relative to the project root
     # the modules of its data jobs (fixtures, download, prepare), which feed its runs; ()
@@ -56,10 +57,6 @@ class Study:
     def settings(self) -> type:
         return load(self.run_config)
 
-    def engine_hooks(self) -> Any:
-        """The hooks module (psrnn.engine.fit.hooks_of checks it against psrnn.engine.fit.Hooks)."""
-        return importlib.import_module(self.hooks)
-
     def output_paths(self, cfg: dict[str, Any]) -> list[Path]:
         """Every file the study's compile writes for a validated suite config."""
         return load(f"{self.results}:output_paths")(cfg)
@@ -69,73 +66,11 @@ class Study:
         return load(f"{self.results}:compile")(cfg, results_dir, reference)
 
 
-STUDIES = {
-    "psrnn": Study(
-        name="psrnn",
-        package="psrnn.studies.private_shared",
-        title="Private and shared representations in RNNs (semi-supervised sequence classification)",
-        run_config="psrnn.studies.private_shared.settings:RunConfig",
-        check="psrnn.studies.private_shared.settings:check_run",
-        check_in_suite="psrnn.studies.private_shared.settings:check_window",
-        schema=None,
-        hooks="psrnn.studies.private_shared.hooks",
-        results="psrnn.studies.private_shared.results.compile",
-        reference="config/reference.yaml",
-        data_jobs=(
-            "psrnn.studies.private_shared.data.fixtures",
-            "psrnn.studies.private_shared.data.download",
-            "psrnn.studies.private_shared.data.prepare",
-        ),
-        paper="psrnn.studies.private_shared.results.paper",
-        params="psrnn.studies.private_shared.params:print_params",
-        # max_tokens: the same batches' gradients in more or fewer pieces (lower it and
-        # resume after running out of GPU memory)
-        resume_exempt=("progress", "device", "max_tokens", "cuda_graphs"),
-        regression_keys={
-            "test_acc": "acc",
-            "best_valid_acc": "acc",
-            "best_epoch": "epoch",
-            "epochs_run": "epoch",
-            "test_main_loss": "loss",
-            "test_aux_loss": "loss",
-            "valid_main_loss": "loss",
-            "valid_aux_loss": "loss",
-            "train_main_loss": "loss",
-            "train_aux_loss": "loss",
-            "params": "count",
-            "params_main": "count",
-            "params_head": "count",
-            "params_aux": "count",
-        },
-    ),
-    "relreg": Study(
-        name="relreg",
-        package="psrnn.studies.relreg",
-        title="Relation-level regularization: proto-LSTM cells with a relation loader (Binary Counter)",
-        run_config="psrnn.studies.relreg.settings:RelRegConfig",
-        check="psrnn.studies.relreg.settings:check_run",
-        check_in_suite=None,
-        schema="config/relreg.schema.yaml",
-        hooks="psrnn.studies.relreg.hooks",
-        results="psrnn.studies.relreg.results",
-        reference="config/relreg-reference.yaml",
-        data_jobs=(),
-        paper=None,
-        resume_exempt=("progress", "device"),
-        regression_keys={
-            "test_acc": "acc",
-            "test_bit_acc": "acc",
-            "best_valid_acc": "acc",
-            "best_epoch": "epoch",
-            "epochs_run": "epoch",
-            "valid_main_loss": "loss",
-            "train_loss": "loss",
-            "params": "count",
-            "cell_params": "count",
-        },
-        group_key="psrnn.studies.relreg.settings:group_key",
-        fused="psrnn.studies.relreg.fused",
-    ),
+# name -> "module:object" of the study's Study (its folder's study.py): the registry names
+# each study by string and imports none of its code (tests/test_style.py)
+PLUGINS = {
+    "psrnn": "psrnn.studies.private_shared.study:STUDY",
+    "relreg": "psrnn.studies.relreg.study:STUDY",
 }
 DEFAULT = "psrnn"  # the study of a suite config without `study:`
 
@@ -159,3 +94,6 @@ def load(ref: str) -> Any:
     """The object a "module:name" reference names."""
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+STUDIES: dict[str, Study] = {name: load(ref) for name, ref in PLUGINS.items()}  # each study's facts

@@ -69,14 +69,14 @@ class RunState:
     epoch: int = 0  # completed training epochs
     history: list[dict[str, float]] = field(default_factory=list)
     best_valid_acc: float = -1.0
-    # the study's selection score of the best epoch (psrnn.engine.fit.Hooks.score): a later
+    # the study's selection score of the best epoch (psrnn.engine.hooks.Hooks.score): a later
     # epoch is the best when its score is greater (its first entry is the accuracy)
     best_score: list[float] = field(default_factory=lambda: [-1.0])
     best_epoch: int = 0
     since_best: int = 0  # epochs without a new best validation accuracy
     stopped: str | None = None  # "early_stopping" | "max_epochs" | "non_finite" once training is over
     best_model: dict[str, torch.Tensor] | None = None  # CPU copy of the best state_dict
-    # epoch -> what the study captures then (psrnn.engine.fit.Hooks.capture)
+    # epoch -> what the study captures then (psrnn.engine.hooks.Hooks.capture)
     captures: dict[int, torch.Tensor] = field(default_factory=dict)
     train_time_s: float = 0.0  # time in training passes (for samples_per_s)
     wall_time_s: float = 0.0  # all sessions together

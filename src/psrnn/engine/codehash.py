@@ -185,7 +185,7 @@ def jobs() -> dict[str, tuple[list[str], tuple[str, ...]]]:
         ]
         engine = ["psrnn.engine.train", "psrnn.engine.selection", "psrnn.engine.group"]
         out[f"{s.name}-train"] = (
-            engine + [s.hooks, *settings, *([s.fused] if s.fused else [])],
+            engine + [s.hooks.partition(":")[0], *settings, *([s.fused] if s.fused else [])],
             ENGINE + (s.package,),
         )
         out[f"{s.name}-compile"] = ([s.results, *([s.paper] if s.paper else [])], ("psrnn.report", s.package))

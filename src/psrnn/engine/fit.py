@@ -3,7 +3,7 @@
     python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
     python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
 
-A study supplies its science as a hooks module (psrnn.registry names it; `Hooks` below says
+A study supplies its science as a subclass of `Hooks` below (psrnn.registry names it; it says
 what it holds: data, model, optimizer, one epoch, evaluation, the run's own outputs). The
 engine supplies the bookkeeping, once for every study:
 
@@ -43,9 +43,8 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,15 +64,14 @@ from psrnn.engine.checkpoint import (
     save_last,
     training_code,
 )
+from psrnn.engine.hooks import ENGINE_COLUMNS, Epoch, Hooks, StepHook, hooks_of  # noqa: F401 (StepHook: train's)
 from psrnn.engine.runlog import diverged_line, divergence, history_csv
 from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text
 from psrnn.machine import PeakMemory, environment
 
 HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
-StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
 
-ENGINE_COLUMNS = ("epoch",)  # history.csv columns a study must keep: the engine reads them back on resume
 # metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
 COMMON_METRIC_KEYS = frozenset(
     {
@@ -106,66 +104,6 @@ COMMON_METRIC_KEYS = frozenset(
         "config",
     }
 )
-
-
-@dataclass(frozen=True)
-class Epoch:
-    """What one training epoch is told besides the model and data."""
-
-    number: int
-    on_step: StepHook | None  # called after every optimizer step (tests interrupt runs with it)
-    bar: bool  # a progress bar shows the steps
-    beat: Callable[[str], None] | None  # where heartbeat lines go (None under the bar)
-    heartbeat_s: float
-
-
-@runtime_checkable
-class Hooks(Protocol):
-    """A study's science, as the engine calls it (a module: psrnn.studies.private_shared.hooks,
-    psrnn.studies.relreg.hooks).
-
-    Data `data(run)` returns has `train` (len = training samples per epoch) and `identity`
-    (a string naming prepared data, checked on resume; None for data the settings
-    determine). `train_epoch` returns the epoch's history columns (LOSS_COLUMN among
-    them), `evaluate` the validation numbers, `valid_row` their history columns, `score`
-    the selection score, `finish` (best model loaded) the study's metrics, writing its
-    own files into the run folder.
-    """
-
-    HISTORY_COLUMNS: tuple[str, ...]
-    LOSS_COLUMN: str
-    METRIC_KEYS: frozenset[str]
-
-    def data(self, run: Any) -> Any: ...
-    def build(self, run: Any, data: Any) -> nn.Module: ...
-    def optimizer(self, run: Any, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]: ...
-    def limits(self, run: Any) -> tuple[int, int]: ...  # (max epochs, patience; 0 = none)
-    def first_loss(self, data: Any) -> tuple[float, str]: ...  # (loss at init, e.g. "ln 10")
-    def header(self, out_dir: Path, device: Any, model: Any, data: Any, run: Any, resumed: Any) -> str: ...
-    def capture(self, model: Any, data: Any, run: Any, device: Any, epoch: int, valid: Any) -> Any: ...
-    def train_epoch(
-        self, model: Any, data: Any, run: Any, opt: Any, sched: Any, gens: Any, device: Any, e: Epoch
-    ) -> dict[str, float]: ...
-    def evaluate(self, model: Any, data: Any, run: Any, device: Any) -> dict[str, Any]: ...
-    def valid_row(self, valid: dict[str, Any]) -> dict[str, float]: ...
-    def score(self, valid: dict[str, Any]) -> tuple[float, ...]: ...
-    def epoch_line(self, row: dict[str, Any], run: Any, st: RunState) -> str: ...
-    def finish(
-        self, model: Any, data: Any, run: Any, st: RunState, device: Any, out_dir: Path
-    ) -> dict[str, Any]: ...
-
-
-def hooks_of(study: registry.Study) -> Any:
-    """The study's hooks module; a hook or history column it lacks is named here, not mid-run."""
-    module = study.engine_hooks()
-    wanted = set(Hooks.__annotations__) | {n for n, v in vars(Hooks).items() if callable(v) and n[0] != "_"}
-    for lacks, what in (
-        ([n for n in sorted(wanted) if not hasattr(module, n)], "(psrnn.engine.fit.Hooks)"),
-        ([c for c in ENGINE_COLUMNS if c not in getattr(module, "HISTORY_COLUMNS", ())], "(history.csv)"),
-    ):
-        if lacks:
-            raise TypeError(f"study {study.name}: {study.hooks} lacks {', '.join(lacks)} {what}")
-    return module
 
 
 def metric_keys(study: registry.Study) -> frozenset[str]:
@@ -447,10 +385,10 @@ def note_epoch(
     return best
 
 
-def stop_rule(hooks: Any) -> Callable[[Any, int], bool]:
-    """The study's optional `may_stop(run, epoch)` hook: whether early stopping may end a run
-    after that epoch (default: after any)."""
-    return getattr(hooks, "may_stop", None) or (lambda run, epoch: True)
+def stop_rule(hooks: Hooks) -> Callable[[Any, int], bool]:
+    """The study's `may_stop(run, epoch)` hook: whether early stopping may end a run after
+    that epoch (Hooks' default: after any)."""
+    return hooks.may_stop
 
 
 def non_finite_stop(st: RunState, epoch: int, message: str, log: Callable[[str], None]) -> dict[str, Any]:

@@ -18,9 +18,10 @@ exactly, and the per-length accuracies where a study has them; a member of a fus
 trained again with its group, as a batched model's numbers are its members' together). Only
 when every one
 matches does it rewrite the stale runs' `training_code` and the selections' stamps, and
-records the proof in `results/<name>/restamp.json` (the digests, the runs re-trained, the
-machine). Any difference is one line naming the run and the key, and nothing is written:
-re-train then (`psrnn stale --config ... --code --forget`, then Snakemake).
+adds the proof to `results/<name>/restamp.json` (the digests, the runs re-trained, the
+machine, the command; every restamp's, oldest first). Any difference is one line naming
+the run and the key, and nothing is written: re-train then (`psrnn stale --config ...
+--code --forget`, then Snakemake).
 
 Why not trust a digest of the code alone: a refactor changes the code, so only its numbers
 can show it changed nothing. A sample is a proof for the code paths the sampled runs take;
@@ -206,7 +207,9 @@ def run(args: argparse.Namespace) -> int:
             "command": f"python -m psrnn restamp --config {args.config} "
             f"--per-experiment {args.per_experiment}",
         }
-        write_json(C.results_root(cfg) / "restamp.json", record)
+        path = C.results_root(cfg) / "restamp.json"  # every restamp's proof, oldest first
+        earlier = read_json(path)["restamps"] if path.is_file() else []
+        write_json(path, {"restamps": [*earlier, record]})
     what = "would re-stamp" if args.dry_run else "re-stamped"
     print(
         f"restamp {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; {what} "

@@ -1,4 +1,4 @@
-"""The first study's science as the engine trains it (psrnn.engine.fit.Hooks): private and
+"""The first study's science as the engine trains it (psrnn.engine.hooks.Hooks): private and
 shared representations in a GRU with local auxiliary losses.
 
     python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from psrnn.engine.checkpoint import Generators, RunState
-from psrnn.engine.fit import Epoch
+from psrnn.engine.hooks import Epoch, Hooks
 from psrnn.engine.runlog import write_npz
 from psrnn.errors import UserError
 from psrnn.files import md5sum
@@ -111,20 +111,20 @@ def build(run: S.RunConfig, data: Data) -> PSRNN:
 
 
 def make_optimizer(
-    cfg: S.RunConfig, model: nn.Module
+    run: S.RunConfig, model: nn.Module
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
     """(optimizer, scheduler or None). "sgdr" and "adamwr" share the warm-restart schedule."""
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay), None
+    if run.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay), None
     opt: torch.optim.Optimizer
-    if cfg.optimizer == "adamwr":
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if run.optimizer == "adamwr":
+        opt = torch.optim.AdamW(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
     else:
         opt = torch.optim.SGD(
-            model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+            model.parameters(), lr=run.lr, momentum=run.momentum, weight_decay=run.weight_decay
         )
     sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
-        opt, T_0=cfg.restart_epochs, T_mult=cfg.restart_mult
+        opt, T_0=run.restart_epochs, T_mult=run.restart_mult
     )
     return opt, sched
 
@@ -165,13 +165,13 @@ def first_loss(data: Data) -> tuple[float, str]:
 
 
 def header(
-    out_dir: Path, device: torch.device, model: PSRNN, data: Data, run: S.RunConfig, resumed_after: int | None
+    out_dir: Path, device: torch.device, model: PSRNN, data: Data, run: S.RunConfig, resumed: int | None
 ) -> str:
     """The log's first line: where the run trains, how big it is, and where it starts."""
     if device.type == "cuda" and device.index is None:  # "auto": the current GPU
         device = torch.device("cuda", torch.cuda.current_device())
     n = count_params(model)
-    start = "fresh start" if resumed_after is None else f"resumed after epoch {resumed_after}"
+    start = "fresh start" if resumed is None else f"resumed after epoch {resumed}"
     return (
         f"run {out_dir}: device {device} ({device_name(device)}) | params {n['params']:,} "
         f"(main {n['params_main']:,}, head {n['params_head']:,}, aux decoders "
@@ -280,3 +280,25 @@ def finish(
         **count_params(model),
         "shared_units": model.shared_units,
     }
+
+
+class PrivateSharedHooks(Hooks):
+    """The first study's hooks (psrnn.engine.hooks.Hooks): the functions above."""
+
+    HISTORY_COLUMNS = HISTORY_COLUMNS
+    LOSS_COLUMN = LOSS_COLUMN
+    METRIC_KEYS = METRIC_KEYS
+    data = staticmethod(data)
+    build = staticmethod(build)
+    optimizer = staticmethod(optimizer)
+    limits = staticmethod(limits)
+    may_stop = staticmethod(may_stop)
+    first_loss = staticmethod(first_loss)
+    header = staticmethod(header)
+    capture = staticmethod(capture)
+    train_epoch = staticmethod(train_epoch)
+    evaluate = staticmethod(evaluate)
+    valid_row = staticmethod(valid_row)
+    score = staticmethod(score)
+    epoch_line = staticmethod(epoch_line)
+    finish = staticmethod(finish)

@@ -1,4 +1,4 @@
-"""The second study's science as the engine trains it (psrnn.engine.fit.Hooks): one Binary
+"""The second study's science as the engine trains it (psrnn.engine.hooks.Hooks): one Binary
 Counter run of the relation-level regularization study.
 
     python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from psrnn.engine.checkpoint import Generators, RunState
-from psrnn.engine.fit import Epoch
+from psrnn.engine.hooks import Epoch, Hooks
 from psrnn.engine.runlog import write_npz
 from psrnn.studies.relreg import training as T
 from psrnn.studies.relreg.data import counter_split
@@ -60,7 +60,11 @@ LOADING_BITS = 9  # Figure 4.3's examples: 9-bit numbers after the start token (
 LOADING_NUMBERS = (508, 509, 511, 255, 0, 170, 341, 7)
 # the model settings: build_model's keywords, each a run setting of the same name
 MODEL_SETTINGS = tuple(n for n in inspect.signature(build_model).parameters if n != "kind")
-data = T.Data.of
+
+
+def data(run: RelRegConfig) -> T.Data:
+    """The Binary Counter splits the run's settings make (psrnn.studies.relreg.training.Data)."""
+    return T.Data.of(run)
 
 
 def model_settings(run: RelRegConfig) -> dict[str, Any]:
@@ -193,3 +197,25 @@ def finish(
         "params": sum(p.numel() for p in model.parameters()),
         "cell_params": sum(p.numel() for p in cell_parameters(model)),
     }
+
+
+class RelRegHooks(Hooks):
+    """The second study's hooks (psrnn.engine.hooks.Hooks): the functions above; early
+    stopping is off (limits), so the default may_stop is never asked."""
+
+    HISTORY_COLUMNS = HISTORY_COLUMNS
+    LOSS_COLUMN = LOSS_COLUMN
+    METRIC_KEYS = METRIC_KEYS
+    data = staticmethod(data)
+    build = staticmethod(build)
+    optimizer = staticmethod(optimizer)
+    limits = staticmethod(limits)
+    first_loss = staticmethod(first_loss)
+    header = staticmethod(header)
+    capture = staticmethod(capture)
+    train_epoch = staticmethod(train_epoch)
+    evaluate = staticmethod(evaluate)
+    valid_row = staticmethod(valid_row)
+    score = staticmethod(score)
+    epoch_line = staticmethod(epoch_line)
+    finish = staticmethod(finish)

@@ -1,0 +1,43 @@
+"""The first study's facts, as the shared code asks them (psrnn.registry.Study): its
+modules by name, so that reading them imports nothing of the study."""
+
+from psrnn.registry import Study
+
+STUDY = Study(
+    name="psrnn",
+    package="psrnn.studies.private_shared",
+    title="Private and shared representations in RNNs (semi-supervised sequence classification)",
+    run_config="psrnn.studies.private_shared.settings:RunConfig",
+    check="psrnn.studies.private_shared.settings:check_run",
+    check_in_suite="psrnn.studies.private_shared.settings:check_window",
+    schema=None,
+    hooks="psrnn.studies.private_shared.hooks:PrivateSharedHooks",
+    results="psrnn.studies.private_shared.results.compile",
+    reference="config/reference.yaml",
+    data_jobs=(
+        "psrnn.studies.private_shared.data.fixtures",
+        "psrnn.studies.private_shared.data.download",
+        "psrnn.studies.private_shared.data.prepare",
+    ),
+    paper="psrnn.studies.private_shared.results.paper",
+    params="psrnn.studies.private_shared.params:print_params",
+    # max_tokens: the same batches' gradients in more or fewer pieces (lower it and
+    # resume after running out of GPU memory)
+    resume_exempt=("progress", "device", "max_tokens", "cuda_graphs"),
+    regression_keys={
+        "test_acc": "acc",
+        "best_valid_acc": "acc",
+        "best_epoch": "epoch",
+        "epochs_run": "epoch",
+        "test_main_loss": "loss",
+        "test_aux_loss": "loss",
+        "valid_main_loss": "loss",
+        "valid_aux_loss": "loss",
+        "train_main_loss": "loss",
+        "train_aux_loss": "loss",
+        "params": "count",
+        "params_main": "count",
+        "params_head": "count",
+        "params_aux": "count",
+    },
+)
