@@ -12,11 +12,21 @@ from psrnn import files
 from psrnn.cli import COMMANDS, main
 
 
-def test_every_command_has_help():
+def test_every_command_has_help_and_names_only_commands_and_options_that_exist(capsys):
+    """A help text that points to another command (`python -m psrnn config --groups`) names
+    one that exists, with an option it has (train-group's once named a `config --groups`)."""
+    import re
+
+    helps = {}
     for name in COMMANDS:
         with pytest.raises(SystemExit) as exc:
             main([name, "--help"])
         assert exc.value.code == 0, name
+        helps[name] = " ".join(capsys.readouterr().out.split())
+    for name, text in helps.items():
+        for command, option in re.findall(r"python -m psrnn ([a-z-]+)((?: --[a-z-]+)?)", text):
+            assert command in COMMANDS, (name, command)
+            assert not option or option.strip() in helps[command], (name, command, option)
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):

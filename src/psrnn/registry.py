@@ -1,4 +1,4 @@
-"""The studies the suite reproduces, one row each. A suite config's `study:` key picks one
+"""The studies the suite reproduces, one Study each. A suite config's `study:` key picks one
 (default `psrnn`, the first study); the same CLI, engine (psrnn.engine.fit), Snakefile,
 selection, check and compile serve every study alike.
 

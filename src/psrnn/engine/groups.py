@@ -2,7 +2,7 @@
 
     python -m psrnn train-group --config config/relreg.yaml --experiment proto_both --group cells-4_hidden-8
 
-A study that can batch runs names a `group_key(run)` in its registry row (psrnn.registry):
+A study that can batch runs names a `group_key(run)` in its Study (its folder's study.py, psrnn.registry):
 runs of one key (one shape: same model kind and size, same data and step settings) train
 as one batched model. Runs without a key (another model kind, another study) train one
 after another in their group's process. Groups are cut to at most FUSED_MAX (batched) or

@@ -66,7 +66,7 @@ class AuxTask:
 
 
 # Every task the model knows; `window_positions` reads the direction. A new task that is
-# another window beside the anchor is one row here (and its name in config.TASKS and the
+# another window beside the anchor is one row here (and its name in settings.TASKS and the
 # schema, which tests/test_models.py checks against this table).
 AUX_TASKS = {
     "rec": AuxTask(-1, "reconstruct the window before the anchor, backwards (thesis eq. 3.1-3.4)"),
