@@ -354,7 +354,7 @@ def test_dvc_repro_keeps_what_snakemake_built_and_survives_a_code_edit(dvc_repo)
     sh(dvc_repo, sys.executable, "-m", "dvc", "repro", "compile")
     assert outputs(repo) == built
     assert (repo / "dvc.lock").is_file()
-    source = repo / "src" / "psrnn" / "data" / "sources.py"
+    source = repo / "src" / "psrnn" / "studies" / "private_shared" / "data" / "sources.py"
     source.write_text(source.read_text() + "\n# a comment\n")
     status = sh(dvc_repo, sys.executable, "-m", "dvc", "status", "compile", "--with-deps").stdout
     assert "code:" in status and "modified:" in status
