@@ -84,7 +84,11 @@ def case(request, tmp_path) -> Case:
 
 
 def test_every_study_has_a_case_and_hooks_the_engine_can_call():
-    assert set(CASES) == set(registry.STUDIES)
+    assert set(CASES) == set(registry.STUDIES) == set(registry.PLUGINS)
+    with pytest.raises(TypeError, match=r"^psrnn.studies.relreg.study:STUDY: not the Study named 'psrnn' "):
+        registry.load_studies({"psrnn": "psrnn.studies.relreg.study:STUDY"})
+    with pytest.raises(TypeError, match=r"^psrnn.registry:DEFAULT: not the Study named 'x' "):
+        registry.load_studies({"x": "psrnn.registry:DEFAULT"})
     for study in registry.STUDIES.values():
         assert isinstance(hooks_of(study), Hooks), study.name
 

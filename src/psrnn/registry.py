@@ -96,4 +96,16 @@ def load(ref: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-STUDIES: dict[str, Study] = {name: load(ref) for name, ref in PLUGINS.items()}  # each study's facts
+def load_studies(plugins: dict[str, str]) -> dict[str, Study]:
+    """name -> the Study each of `plugins` names; one that is not a Study of that name is an
+    error naming it, when the package loads."""
+    out = {}
+    for name, ref in plugins.items():
+        study = load(ref)
+        if not isinstance(study, Study) or study.name != name:
+            raise TypeError(f"{ref}: not the Study named {name!r} that psrnn.registry.PLUGINS says it is")
+        out[name] = study
+    return out
+
+
+STUDIES: dict[str, Study] = load_studies(PLUGINS)  # each study's facts
