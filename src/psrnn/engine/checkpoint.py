@@ -37,6 +37,12 @@ def kernel_env() -> dict[str, str | None]:
     return {k: os.environ.get(k) for k in KERNEL_ENV}
 
 
+def kernel_mismatches(saved: dict[str, Any]) -> dict[str, tuple[Any, str | None]]:
+    """Variable -> (saved, now) for each kernel variable this process runs under otherwise
+    than `saved` (a checkpoint's or a finished run's record)."""
+    return {k: (saved.get(k), v) for k, v in kernel_env().items() if saved.get(k) != v}
+
+
 class ConfigChanged(UserError):
     """ckpt_last.pt (or a finished run's metrics.json) was written with other run settings
     (or data) than the ones requested; `differences` lists them, one 'key (checkpoint X,
@@ -194,9 +200,8 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
     saved_env = ckpt.get("kernel_env")  # absent in checkpoints of psrnn before it
     if saved_env is not None:
         diff += [
-            f"{k} (checkpoint {saved_env.get(k)!r}, now {v!r}: the suite's job_env)"
-            for k, v in kernel_env().items()
-            if saved_env.get(k) != v
+            f"{k} (checkpoint {then!r}, now {now!r}: the suite's job_env)"
+            for k, (then, now) in kernel_mismatches(saved_env).items()
         ]
     threads = ckpt.get("torch_threads")  # absent before psrnn recorded it
     if threads is not None and threads != torch.get_num_threads():

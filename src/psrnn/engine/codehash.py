@@ -26,8 +26,8 @@ from psrnn import registry
 from psrnn.files import write_text
 
 SRC = Path(__file__).resolve().parents[2]  # the folder holding the package
-# modules that decide which jobs or which command run, not what a job computes: not followed
-# (psrnn.cli is the command table and its error lines: adding a command re-trains nothing)
+# modules inside a digest's scope that decide which jobs run, not what a job computes: not
+# followed, and a module importing one names it rather than hashing its code
 WORKFLOW = frozenset({"psrnn.engine.codehash"})
 ENGINE = ("psrnn.engine",)  # followed from every study's training jobs
 
@@ -70,8 +70,7 @@ def imported(name: str, tree: ast.Module, is_package: bool, known: set[str] | di
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
+            target = import_target(node, package)
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)
         else:
@@ -79,6 +78,13 @@ def imported(name: str, tree: ast.Module, is_package: bool, known: set[str] | di
 
     visit(tree)
     return {m for m in found if m in known and m != name}
+
+
+def import_target(node: ast.ImportFrom, package: list[str]) -> str:
+    """The absolute module a `from ... import` names, from inside `package` (relative
+    imports resolved)."""
+    base = package[: len(package) - node.level + 1] if node.level else []
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def parse(path: Path) -> ast.Module:
@@ -103,15 +109,21 @@ def without_docstrings(tree: ast.Module) -> ast.Module:
     return tree
 
 
-def module_hashes(scope: tuple[str, ...], src: Path = SRC) -> dict[str, str]:
-    """Module -> the sha256 of its content, for every module under `scope` (dotted package
-    prefixes): its docstring-free syntax tree in which every import of a module in scope
+def in_scope(known: dict[str, Path], scope: tuple[str, ...]) -> set[str]:
+    """The modules under `scope` (dotted package prefixes) but WORKFLOW's."""
+    return {m for m in known if any(m == s or m.startswith(s + ".") for s in scope)} - WORKFLOW
+
+
+def module_hashes(names: set[str], scope: tuple[str, ...], src: Path = SRC) -> dict[str, str]:
+    """Module -> the sha256 of its content, for `names` and the modules under `scope` they
+    import: its docstring-free syntax tree in which every import of a module in scope
     names that module's own hash instead of its path (a Merkle hash: the package's imports
     form no circle, tests/test_style.py). So a module's hash is its code and the code of
     what it imports, wherever the files lie: a pure move or rename (the same local names)
-    changes no hash, and importing a name from another module does."""
+    changes no hash, and importing a name from another module does. A module outside the
+    scope (the core, WORKFLOW's) is named, not hashed."""
     known = modules(src)
-    inside = {m for m in known if any(m == s or m.startswith(s + ".") for s in scope)}
+    inside = in_scope(known, scope)
     hashes: dict[str, str] = {}
     busy: set[str] = set()
 
@@ -125,8 +137,7 @@ def module_hashes(scope: tuple[str, ...], src: Path = SRC) -> dict[str, str]:
         package = name.split(".") if known[name].name == "__init__.py" else name.split(".")[:-1]
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                base = package[: len(package) - node.level + 1] if node.level else []
-                target = ".".join(base + ([node.module] if node.module else []))
+                target = import_target(node, package)
                 if target in inside and target != name:
                     node.module, node.level = "#" + of(target), 0
                 for alias in node.names:
@@ -141,7 +152,7 @@ def module_hashes(scope: tuple[str, ...], src: Path = SRC) -> dict[str, str]:
         hashes[name] = hashlib.sha256(ast.dump(tree).encode()).hexdigest()
         return hashes[name]
 
-    for name in sorted(inside):
+    for name in sorted(names):
         of(name)
     return hashes
 
@@ -153,17 +164,18 @@ def digest(roots: list[str], scope: tuple[str, ...], src: Path = SRC) -> dict[st
     files go, which device a job gets) are not followed: what they decide reaches a run as
     its resolved settings, which the jobs carry beside the digest."""
     known = modules(src)
-    hashes = module_hashes(scope, src)
+    inside = in_scope(known, scope)
     seen: set[str] = set()
-    todo = [r for r in roots if r in hashes]
+    todo = [r for r in roots if r in inside]
     while todo:
         name = todo.pop()
-        if name in seen or name in WORKFLOW:
+        if name in seen:
             continue
         seen.add(name)
         direct = imported(name, parse(known[name]), known[name].name == "__init__.py", known)
         parents = {".".join(m.split(".")[:i]) for m in direct | {name} for i in range(1, m.count(".") + 1)}
-        todo += sorted((direct | parents) & set(hashes))
+        todo += sorted((direct | parents) & inside)
+    hashes = module_hashes(seen, scope, src)
     h = hashlib.sha256()
     for value in sorted(hashes[m] for m in seen):
         h.update(value.encode() + b"\0")

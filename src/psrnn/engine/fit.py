@@ -64,7 +64,7 @@ from psrnn.engine.checkpoint import (
     save_last,
     training_code,
 )
-from psrnn.engine.hooks import ENGINE_COLUMNS, Epoch, Hooks, StepHook, hooks_of  # noqa: F401 (StepHook: train's)
+from psrnn.engine.hooks import Epoch, Hooks, StepHook, hooks_of
 from psrnn.engine.runlog import diverged_line, divergence, history_csv
 from psrnn.errors import TrainingDiverged, UserError
 from psrnn.files import sole_writer, torch_save, write_json, write_text

@@ -55,21 +55,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="re-train and compare, write nothing")
 
 
+def finals(cfg: dict[str, Any], exp: str) -> list[Path]:
+    """The records of the experiment's final runs, by seed."""
+    return [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
+
+
+def searches(cfg: dict[str, Any], exp: str, points: list[str] | None = None) -> list[Path]:
+    """The records of the experiment's search runs (of `points`; default: its grid's), in
+    grid order."""
+    if points is None:
+        points = [pid for pid, _ in C.grid_points(cfg["experiments"][exp])] if C.has_grid(cfg, exp) else []
+    return [Path(C.search_dir(cfg, exp, pid)) / "metrics.json" for pid in points]
+
+
 def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int) -> list[Path]:
     """The first `per_experiment` stale runs of every experiment: final runs (by seed), then
     search runs (by grid order)."""
     out = []
     for exp in C.enabled_experiments(cfg):
-        finals = [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
-        search = (
-            [
-                Path(C.search_dir(cfg, exp, pid)) / "metrics.json"
-                for pid, _ in C.grid_points(cfg["experiments"][exp])
-            ]
-            if C.has_grid(cfg, exp)
-            else []
-        )
-        out += [p for p in finals + search if p in stale][:per_experiment]
+        out += [p for p in finals(cfg, exp) + searches(cfg, exp) if p in stale][:per_experiment]
     return out
 
 
@@ -90,10 +94,10 @@ def trained_with(cfg: dict[str, Any], path: Path) -> list[Path]:
         return [path]
     exp = record["experiment"]
     if record.get("point"):
-        points = next(ps for ps in search_groups(cfg, exp).values() if record["point"] in ps)
-        return [Path(C.search_dir(cfg, exp, p)) / "metrics.json" for p in points]
-    finals = [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
-    return [p for p in finals if p.is_file() and not read_json(p).get("reused_from")]
+        return searches(
+            cfg, exp, next(ps for ps in search_groups(cfg, exp).values() if record["point"] in ps)
+        )
+    return [p for p in finals(cfg, exp) if p.is_file() and not read_json(p).get("reused_from")]
 
 
 def differences(cfg: dict[str, Any], record: dict[str, Any], got: dict[str, Any]) -> list[str]:
@@ -112,7 +116,7 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     record's differences from its run trained again."""
     import torch
 
-    from psrnn.engine.checkpoint import kernel_env
+    from psrnn.engine.checkpoint import kernel_mismatches
     from psrnn.engine.fit import fit
     from psrnn.engine.group import Job, fit_group
 
@@ -122,11 +126,12 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
             raise UserError(
                 f"{path}: trained on {record['device']}; restamp re-trains on the CPU and cannot compare"
             )
-        wanted, now = record.get("kernel_env") or {}, kernel_env()
-        if any(now.get(k) != v for k, v in wanted.items()):
+        mismatches = kernel_mismatches(record.get("kernel_env") or {})
+        if mismatches:
+            k, (then, now) = next(iter(mismatches.items()))
             raise UserError(
-                f"{path}: trained under {wanted}, this process runs under {now}: run restamp under the "
-                "suite's job_env (python -m psrnn restamp applies it)"
+                f"{path}: trained under {k}={then!r}, this process runs under {now!r}: run restamp under "
+                "the suite's job_env (python -m psrnn restamp applies it)"
             )
     torch.set_num_threads(int(records[0].get("torch_threads") or 1))
     jobs = [

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from psrnn.engine.checkpoint import Generators
+from psrnn.engine.fit import HEARTBEAT_S
+from psrnn.engine.hooks import StepHook
 from psrnn.engine.runlog import heartbeat_line
 from psrnn.errors import TrainingDiverged
 from psrnn.studies.private_shared import settings as S
@@ -32,9 +34,6 @@ from psrnn.studies.private_shared.data import SequenceSplit, batch_order, micro_
 from psrnn.studies.private_shared.models import PSRNN, hidden_states, sample_anchors
 
 EVAL_ANCHOR_SEED = 1234  # same evaluation anchors every epoch and every run
-HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
-
-StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
 
 
 def draw_anchors(
