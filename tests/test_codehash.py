@@ -167,3 +167,65 @@ def test_every_training_job_carries_its_studys_training_digest():
         == codehash.training_digest("relreg")
         != digest
     )
+
+
+FIXED = '''"""A fixed module: its digest is stored below and must never move."""
+from __future__ import annotations
+
+import math as m
+
+
+class Step:
+    """Docstrings are not hashed."""
+
+    def __init__(self, lr: float = 1e-3, *, name: str = "adam") -> None:
+        self.lr, self.name = lr, name  # comments are not in the tree
+
+    async def run(self, xs: list[int]) -> dict[str, float]:
+        total = sum(x * x for x in xs if x > 0)
+        return {f"{self.name}-{k}": m.sqrt(v) for k, v in [("a", total)]}
+
+
+def scale(x, /, y=2, *args, **kw):
+    with open(x) as f, open(y) as g:
+        try:
+            return f.read() + g.read()
+        except (OSError, ValueError) as e:
+            raise RuntimeError(str(e)) from None
+        finally:
+            lambda: (yield_ := 1)
+'''
+FIXED_HASH = "43617317"  # sha256 of codehash.canonical(FIXED's tree without docstrings), first 8
+
+
+def fixed_hash(python="python"):
+    import subprocess
+    import sys
+
+    code = (
+        "import ast, hashlib, sys; from psrnn.engine import codehash as c; "
+        "t = c.without_docstrings(ast.parse(sys.stdin.read())); "
+        "print(hashlib.sha256(c.canonical(t).encode()).hexdigest()[:8])"
+    )
+    exe = sys.executable if python == "python" else python
+    env = {"PYTHONPATH": str(codehash.SRC), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([exe, "-c", code], input=FIXED, capture_output=True, text=True, env=env, check=True)
+    return out.stdout.strip()
+
+
+def test_a_fixed_modules_digest_is_the_stored_one():
+    """The digest hashes codehash.canonical, not ast.dump (whose text moved between Python
+    3.11, 3.12 and 3.13 for the same file): a stored value of a fixed module pins it."""
+    assert fixed_hash() == FIXED_HASH
+
+
+def test_the_same_code_gives_the_same_digest_under_every_python_installed_here():
+    """Checked 2026-11-27 with pyenv's 3.11.7, 3.12.1 (the GPU hosts' version) and 3.13.0:
+    the fixed module and both training digests agree. Interpreters not installed are skipped."""
+    import glob
+
+    others = sorted(glob.glob(str(__import__("pathlib").Path.home() / ".pyenv/versions/3.1[1-4]*/bin/python3")))
+    if not others:
+        pytest.skip("no other Python under ~/.pyenv/versions")
+    for exe in others:
+        assert fixed_hash(exe) == FIXED_HASH, exe

@@ -109,6 +109,26 @@ def without_docstrings(tree: ast.Module) -> ast.Module:
     return tree
 
 
+def canonical(node: object) -> str:
+    """A syntax tree as text that every supported Python version writes alike: each node's
+    class and its non-empty fields by name, recursively. `ast.dump` is not that: Python 3.12
+    added fields (`type_params`, empty in code without type parameters) and 3.13 leaves empty
+    ones out, so the same file dumped to other text under 3.11, 3.12 and 3.13 (the GPU hosts
+    run 3.12: their runs looked stale next to records made here). Empty lists and None say
+    nothing a missing field does not, so both are left out; locations are never written."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            fields.append(f"{field}={canonical(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(canonical(v) for v in node)}]"
+    return repr(node)
+
+
 def in_scope(known: dict[str, Path], scope: tuple[str, ...]) -> set[str]:
     """The modules under `scope` (dotted package prefixes) but WORKFLOW's."""
     return {m for m in known if any(m == s or m.startswith(s + ".") for s in scope)} - WORKFLOW
@@ -149,7 +169,7 @@ def module_hashes(names: set[str], scope: tuple[str, ...], src: Path = SRC) -> d
                     if alias.asname and alias.name in inside:
                         alias.name = "#" + of(alias.name)
         busy.discard(name)
-        hashes[name] = hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+        hashes[name] = hashlib.sha256(canonical(tree).encode()).hexdigest()
         return hashes[name]
 
     for name in sorted(names):
