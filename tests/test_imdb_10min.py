@@ -1,6 +1,7 @@
 """The ten-minute GPU script for Table 2's IMDB rows (results/quick-imdb/gpu-10min.sh,
-config/quick-imdb-10min.yaml), run end to end on the CPU at toy scale: synthetic reviews,
-one epoch of tiny runs, the same search, selection, reuse and compile a GPU host runs."""
+config/quick-imdb-10min.yaml, psrnn.onegpu), run end to end on the CPU at toy scale:
+synthetic reviews, one epoch of tiny runs, the same plan, search, selection, reuse and
+compile a GPU host runs."""
 
 import json
 import os
@@ -16,7 +17,7 @@ SCRIPT = C.ROOT / "results" / "quick-imdb" / "gpu-10min.sh"
 CONFIG = C.ROOT / "config" / "quick-imdb-10min.yaml"
 
 
-def test_the_ten_minute_config_is_quick_imdb_with_adam_two_rates_and_fifteen_epochs():
+def test_the_ten_minute_config_is_quick_imdb_with_torch_init_adam_two_rates_and_sized_epochs():
     cfg = C.load_suite(CONFIG)
     assert C.enabled_experiments(cfg) == C.enabled_experiments(
         C.load_suite(C.ROOT / "config" / "quick-imdb.yaml")
@@ -24,7 +25,8 @@ def test_the_ten_minute_config_is_quick_imdb_with_adam_two_rates_and_fifteen_epo
     for exp in C.enabled_experiments(cfg):
         assert [p for p, _ in C.grid_points(cfg["experiments"][exp])] == ["lr-0.001", "lr-0.003"]
         run = C.resolve_run(cfg, exp, 0, point="lr-0.001")
-        assert (run.optimizer, run.max_epochs, run.patience) == ("adam", 15, 0)
+        assert (run.optimizer, run.init, run.patience) == ("adam", "torch", 10)
+        assert run.max_epochs == (30 if exp == "imdb_gru" else 40)
         assert run.decoder_input == "teacher" or run.shared == 0.0  # text: teacher-forced decoders
 
 
@@ -44,7 +46,8 @@ def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path):
         "name": "toy10",
         "fixtures": str(fixtures),
         "datasets": {"imdb": {"source": source, "prepare": {**prepare, "valid_size": 16}}},
-        "defaults": {"max_epochs": 1, "batch_size": 16},
+        "defaults": {"batch_size": 16},
+        "experiments": {e: {"max_epochs": 1} for e in C.enabled_experiments(C.load_suite(CONFIG))},
     }
     toy.write_text(yaml.safe_dump(toy_cfg, sort_keys=False))
     env = {
@@ -53,10 +56,18 @@ def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path):
         "PYTHON": sys.executable,
         "PYTHONPATH": str(C.ROOT / "src"),
         "MPS": "off",
+        "GPU_GB": "79.2",  # an 80 GB H100's, planned for; the runs train on the CPU
     }
-    res = subprocess.run(["bash", str(SCRIPT), "120"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    res = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "compiled: results/toy10/tables/table2.md" in res.stdout
+    out = res.stdout
+    # the plan comes first: 6 of the 8 search runs at once on 80 GB, under 70 GB reserved
+    assert out.splitlines()[0].startswith("search: 8 run(s), at most 6 at once reserving 61.2 GiB of 79.2 GiB")
+    assert out.index("search: 8 run(s)") < out.index("search/imdb_gru/lr-0.001: started")
+    # slowest first: both GRU runs start before any other
+    started = [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("search/") and ln.endswith("reserved)")]
+    assert started[:2] == ["search/imdb_gru/lr-0.001", "search/imdb_gru/lr-0.003"] and len(started) == 8
+    assert "gpu-run: compiled results/toy10/REPORT.md" in out
     root = tmp_path / "results" / "toy10"
     assert len(list(root.glob("search/*/lr-*/metrics.json"))) == 8  # 4 rows x 2 rates
     for exp in C.enabled_experiments(C.load_suite(toy)):

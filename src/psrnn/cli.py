@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "psrnn.engine.group",
         "train a group of runs in one process (a grid search's shape group)",
     ),
+    "gpu-run": (
+        "psrnn.onegpu",
+        "run a suite on one GPU without Snakemake: plan runs by measured memory, train, select, compile",
+    ),
     "select": ("psrnn.engine.selection", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.compile", "compile tables, figures and the report from finished runs"),
     "paper": (
