@@ -77,6 +77,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
         raise ConfigError(f"{source}: study: {study!r} is not a study; known: {', '.join(registry.STUDIES)}")
     _raise_first_error(_validator(None, study), cfg, source=source)
     spec = registry.STUDIES[study]
+    check_per_dataset(cfg, spec, source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
             raise ConfigError(
@@ -85,7 +86,12 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
         for point in grid_points(exp):
             values = {
                 k: v
-                for k, v in {**cfg.get("defaults", {}), **exp, **point[1]}.items()
+                for k, v in {
+                    **cfg.get("defaults", {}),
+                    **dataset_settings(cfg, exp["dataset"]),
+                    **exp,
+                    **point[1],
+                }.items()
                 if k not in EXPERIMENT_META
             }
             try:
@@ -95,6 +101,36 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
             if spec.check_in_suite:
                 registry.load(spec.check_in_suite)(cfg, name, run, source)
     return cfg
+
+
+def check_per_dataset(cfg: dict[str, Any], spec: registry.Study, source: str) -> None:
+    """The study's per-dataset settings (Study.per_dataset) are never set for all datasets in
+    `defaults:`, and a paper-scale config chooses each for every dataset it trains on (or
+    every experiment of that dataset sets it), so that no dataset inherits another's."""
+    for key in spec.per_dataset:
+        if key in cfg.get("defaults", {}):
+            raise ConfigError(
+                f"{source}: defaults.{key}: {key} is chosen per dataset, with its evidence: "
+                f"datasets.<dataset>.settings.{key}: {{value: ..., evidence: ...}}"
+            )
+        if not cfg.get("paper_scale"):
+            continue
+        for ds in enabled_datasets(cfg):
+            if key in dataset_settings(cfg, ds):
+                continue
+            unset = [n for n, e in cfg["experiments"].items() if e["dataset"] == ds and key not in e]
+            if unset:
+                raise ConfigError(
+                    f"{source}: datasets.{ds}.settings.{key}: not chosen for {ds} (experiments "
+                    f"{', '.join(unset)}): a paper-scale config chooses {key} per dataset, with its evidence"
+                )
+
+
+def dataset_settings(cfg: dict[str, Any], dataset: str) -> dict[str, Any]:
+    """`datasets.<dataset>.settings` as run settings (their values; the evidence is for
+    people: `python -m psrnn config`, REPORT)."""
+    chosen = (cfg.get("datasets", {}).get(dataset) or {}).get("settings") or {}
+    return {key: entry["value"] for key, entry in chosen.items()}
 
 
 def suite_schema(study: str = registry.DEFAULT) -> dict[str, Any]:
@@ -116,6 +152,25 @@ def suite_schema(study: str = registry.DEFAULT) -> dict[str, Any]:
         for key in defs["run"]["properties"]
         if key not in EXPERIMENT_META
     }
+    dataset = defs["dataset"]["properties"]
+    if "settings" in dataset:  # a study whose datasets take per-dataset run settings
+        dataset["settings"]["properties"] = {
+            key: {
+                "type": "object",
+                "required": ["value", "evidence"],
+                "additionalProperties": False,
+                "properties": {
+                    "value": {"$ref": f"#/$defs/run/properties/{key}"},
+                    "evidence": {
+                        "type": "string",
+                        "minLength": 20,
+                        "description": "the measurement the value rests on, or that none exists",
+                    },
+                },
+            }
+            for key in defs["run"]["properties"]
+            if key not in (*EXPERIMENT_META, "dataset")
+        }
     defs["grid"]["properties"][TIED] = {
         "description": "settings that vary together: each item (some run settings) is one "
         "choice, crossed with the other keys' values (e.g. attention shapes of a table)",
@@ -218,6 +273,7 @@ def resolve_run(
         )
     exp = cfg["experiments"][experiment]
     values: dict[str, Any] = dict(cfg.get("defaults", {}))
+    values.update(dataset_settings(cfg, exp["dataset"]))
     values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
     if point is not None:
         chosen = point_overrides(exp, point)

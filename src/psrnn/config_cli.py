@@ -40,7 +40,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def plan(cfg: dict) -> dict:
     """Every job the config implies: search points per experiment, then final runs."""
-    out = {"name": cfg["name"], "datasets": C.enabled_datasets(cfg), "experiments": {}}
+    out = {
+        "name": cfg["name"],
+        "datasets": C.enabled_datasets(cfg),
+        "dataset_settings": {ds: chosen_settings(cfg, ds) for ds in C.enabled_datasets(cfg)},
+        "experiments": {},
+    }
     for name in C.enabled_experiments(cfg):
         exp = cfg["experiments"][name]
         out["experiments"][name] = {
@@ -49,6 +54,21 @@ def plan(cfg: dict) -> dict:
             "search": [pid for pid, _ in C.grid_points(exp)] if C.has_grid(cfg, name) else [],
             "seeds": list(cfg["seeds"]),
         }
+    return out
+
+
+def chosen_settings(cfg: dict, dataset: str) -> dict:
+    """The study's per-dataset settings (registry.Study.per_dataset) of one dataset: each
+    with its value and evidence, or, where the config chose none, the value it falls back to."""
+    study = registry.study_of(cfg)
+    chosen = (cfg["datasets"][dataset].get("settings") or {})
+    out = {}
+    for key in dict.fromkeys((*study.per_dataset, *chosen)):
+        if key in chosen:
+            out[key] = {"value": chosen[key]["value"], "evidence": " ".join(chosen[key]["evidence"].split())}
+        else:
+            default = cfg.get("defaults", {}).get(key, getattr(study.settings()(), key))
+            out[key] = {"value": default, "evidence": "not chosen for this dataset: the run settings' default"}
     return out
 
 
@@ -78,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         n_search += len(e["search"])
         grid = f", grid {len(e['search'])} points" if e["search"] else ""
         print(f"{name:28s} {e['dataset']:8s} seeds {e['seeds']}{grid}")
+    for ds, chosen in p["dataset_settings"].items():
+        for key, c in chosen.items():
+            print(f"{ds} {key}: {c['value']} ({c['evidence']})")
     print(
         f"{cfg['name']}: {len(p['datasets'])} datasets, {len(p['experiments'])} experiments, "
         f"{n_runs} runs + {n_search} search runs"

@@ -53,6 +53,10 @@ class Study:
     # "module:function(cfg)" printing the experiments' parameter counts beside the paper's
     # (`python -m psrnn config --params`; None: the study has none to compare)
     params: str | None = None
+    # run settings a study's configs choose per dataset, each with the measurement it rests
+    # on (`datasets.<ds>.settings.<key>: {value, evidence}`), never for all datasets at once
+    # in `defaults:`; a paper-scale config must choose them for every dataset it trains on
+    per_dataset: tuple[str, ...] = ()
 
     def settings(self) -> type:
         return load(self.run_config)

@@ -138,6 +138,25 @@ def _applies_to(s: Suite, exps: list[str]) -> str:
     return ", ".join(e for e in s.experiments if e in exps)
 
 
+INIT_TEXT = {
+    "torch": "PyTorch's default",
+    "orthogonal": "orthogonal recurrent weights, zero biases",
+    "chrono": "orthogonal recurrent weights, update-gate biases log U(1, T-1)",
+}
+
+
+def init_text(s: Suite, exp: str, st: dict) -> str:
+    """The initialisation a run used and the evidence its config gives for the dataset's
+    choice (datasets.<ds>.settings.init), or where it came from when there is none."""
+    init = st.get("init", "torch")
+    chosen = ((s.cfg["datasets"].get(st.get("dataset"), {}).get("settings")) or {}).get("init")
+    if "init" in s.cfg["experiments"][exp] or chosen is None or chosen["value"] != init:
+        why = "set by the experiment, the command line or the run settings' default"
+    else:
+        why = " ".join(chosen["evidence"].split())
+    return f"{init} ({INIT_TEXT.get(init, init)}): {why}"
+
+
 def setting_deviations(s: Suite) -> list[Deviation]:
     """Run settings that differ from the paper; a reference row's differences make one row."""
     found = []  # (setting, paper, ours, experiment)
@@ -147,18 +166,8 @@ def setting_deviations(s: Suite) -> list[Deviation]:
         st, aux = s.settings[exp], s.kind(exp) != "gru"
         if st.get("optimizer", "sgdr") != "sgdr":
             found.append(("optimizer", "SGDR", st["optimizer"], exp))
-        if st.get("init", "torch") != "torch":  # the paper does not say; results/recipe/ measures why
-            found.append(
-                (
-                    "main GRU initialisation",
-                    "not given",
-                    f"{st['init']}: orthogonal recurrent weights"
-                    + (", update-gate biases log U(1, T-1)" if st["init"] == "chrono" else "")
-                    + "; SGDR from PyTorch's default stays at chance on real digits "
-                    "(results/recipe/init/recipe.md)",
-                    exp,
-                )
-            )
+        found.append(("main GRU initialisation", "not given", init_text(s, exp, st), exp))
+        found.append(("epoch budget (max_epochs)", "not given", str(st.get("max_epochs")), exp))
         clip, scope = float(st.get("clip", 0.0)), st.get("clip_scope", "global")
         if clip > 0:  # the sources mention no clipping; results/recipe/ measures the rule
             where = (
