@@ -70,7 +70,7 @@ def test_a_run_larger_than_the_cap_and_a_bad_measurements_file_are_one_line_erro
 
 def test_an_unmeasured_experiment_is_planned_as_the_largest_and_says_so():
     m = G.read_measured()
-    peak, epoch_s, assumed = G.measure_of(m, "mnist_gru")
+    peak, epoch_s, assumed = G.measure_of(m, "cifar10_gru_small")
     assert assumed and peak == max(e["peak_gb"] for e in m.experiments.values())
     assert epoch_s == max(e["epoch_s"] for e in m.experiments.values())
 
@@ -151,3 +151,43 @@ def test_plan_only_prints_the_plan_and_runs_nothing(tmp_path, capsys, monkeypatc
     assert out.startswith("search: 8 run(s), at most 5 at once reserving 65.6 GiB of 79.2 GiB (cap 88% = 69.3 GiB")
     assert "expected 7.3 min" in out.splitlines()[0]
     assert not any(Path(tmp_path).iterdir())
+
+
+def test_at_the_time_limit_the_runs_stop_and_the_same_command_continues(tmp_path, monkeypatch):
+    """--minutes: at the deadline every running run gets SIGTERM (the train command keeps its
+    last epoch's checkpoint) and OutOfTime names what is left; a second call skips what
+    finished and starts the rest."""
+    import subprocess
+    import time
+
+    m = G.Measured(overhead_gb=0.0, slowdown=0.0, experiments={}, source="test")
+
+    def start(job, config, threads):
+        done = f"mkdir -p {job.out} && echo {{}} > {job.out}/metrics.json"
+        cmd = done if job.name == "quick" else f"trap 'exit 130' TERM; sleep 30 & wait; {done}"
+        return subprocess.Popen(["bash", "-c", cmd], stdout=job.log.open("a"), stderr=subprocess.STDOUT)
+
+    monkeypatch.setattr(G, "start", start)
+    jobs = [fake_job(tmp_path, n, 1.0) for n in ("slow", "quick")]
+    t0 = time.monotonic()
+    with pytest.raises(G.OutOfTime, match=r"out of time: 1 run\(s\) not finished \(slow\); each resumes"):
+        G.execute(jobs, 10.0, m, 1.0, "unused.yaml", 1, deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - t0 < 20  # stopped, not waited for
+    assert (tmp_path / "quick" / "metrics.json").exists() and not (tmp_path / "slow" / "metrics.json").exists()
+
+
+def test_a_config_that_cannot_fit_one_command_is_planned_as_several(capsys):
+    """MNIST's 20 search runs at 70 epochs: about 11 commands of 9 minutes on an 80 GB H100."""
+    from psrnn.cli import main
+
+    mnist = str(C.ROOT / "config" / "quick-mnist.yaml")
+    assert main(["gpu-run", "--config", mnist, "--plan-only", "--gpu-gb", str(H100_GIB), "--minutes", "9"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("search: 20 run(s), at most 7 at once")
+    assert next(x for x in out if x.startswith("whole: ")) == (
+        "whole: expected 94.1 min of training: about 11 commands of 9 min "
+        "(the same command again continues where the last stopped)"
+    )
+    ten = str(CONFIG)
+    assert main(["gpu-run", "--config", ten, "--plan-only", "--gpu-gb", str(H100_GIB), "--minutes", "9"]) == 0
+    assert "whole: expected 7.3 min of training: one command of 9 min" in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """A suite on one GPU in one command, without Snakemake: `python -m psrnn gpu-run`.
 
     python -m psrnn gpu-run --config config/quick-imdb-10min.yaml            # plan, then run it all
-    python -m psrnn gpu-run --config config/quick-imdb-10min.yaml --plan-only --gpu-gb 80
+    python -m psrnn gpu-run --config config/quick-imdb-10min.yaml --plan-only --gpu-gb 79.2
+    python -m psrnn gpu-run --config config/quick-mnist.yaml --minutes 9  # again until it compiles
 
 For a lent GPU host that has torch but not the workflow tools. It prepares the data
 (download, prepare), trains every search run, selects, trains the final runs (the search
@@ -24,14 +25,19 @@ runs sharing).
 Why not Snakemake's scheduler with `resources: mem_mb`: the lent GPU hosts have no
 Snakemake, and a GPU-memory resource needs the per-experiment numbers this module keeps
 anyway. A finished run is skipped and an interrupted one resumes, so the same command
-again finishes what a first call left.
+again finishes what a first call left. `--minutes` makes that a plan: a lent GPU's
+10-minute command stops its runs at the limit (each keeps its last finished epoch) and
+exits 3 ("run the same command again"); the plan says how many such commands the whole
+config takes (a config that cannot fit one, such as MNIST's 20 search runs, is split).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -244,18 +250,44 @@ def last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def execute(jobs: list[Job], gpu_gb: float, m: Measured, cap: float, config: str, threads: int) -> list[str]:
+class OutOfTime(UserError):
+    """The command's --minutes ran out: what ran is kept, the same command continues."""
+
+
+def execute(
+    jobs: list[Job], gpu_gb: float, m: Measured, cap: float, config: str, threads: int, deadline: float | None = None
+) -> list[str]:
     """Run `jobs` under the plan's memory rule; a run that died of out-of-memory goes back
     to the queue once, to start when its reserve fits again after some run has ended.
-    Returns the names of the runs that did not finish."""
+    Returns the names of the runs that did not finish. At `deadline` (time.monotonic())
+    the running ones are stopped (SIGTERM: each keeps its last finished epoch's
+    checkpoint) and OutOfTime says what is left."""
     limit, todo = cap * gpu_gb, [j for j in jobs if not (j.out / "metrics.json").exists()]
     for j in jobs:
         if j not in todo:
             print(f"{j.name}: finished before, skipped", flush=True)
     retried: dict[str, int] = {}  # a run that ran out of memory -> runs ended when it did
-    ended = 0
     failed: list[str] = []
     running: dict[str, tuple[Job, subprocess.Popen[bytes]]] = {}
+    try:
+        return schedule(todo, running, retried, failed, limit, m, config, threads, deadline)
+    except KeyboardInterrupt:  # Ctrl-C or a scheduler's SIGTERM: no run is left behind
+        stop(running)
+        raise
+
+
+def schedule(
+    todo: list[Job],
+    running: dict[str, tuple[Job, subprocess.Popen[bytes]]],
+    retried: dict[str, int],
+    failed: list[str],
+    limit: float,
+    m: Measured,
+    config: str,
+    threads: int,
+    deadline: float | None,
+) -> list[str]:
+    ended = 0
     while todo or running:
         used = sum(j.reserve_gb(m.overhead_gb) for j, _ in running.values())
         for job in list(todo):
@@ -268,6 +300,13 @@ def execute(jobs: list[Job], gpu_gb: float, m: Measured, cap: float, config: str
             used += job.reserve_gb(m.overhead_gb)
             print(f"{job.name}: started ({len(running)} running, {used:.1f} GiB reserved)", flush=True)
         time.sleep(0.2)
+        if deadline is not None and time.monotonic() >= deadline:
+            stop(running)
+            left = sorted(running) + [j.name for j in todo]
+            raise OutOfTime(
+                f"out of time: {len(left)} run(s) not finished ({', '.join(left)}); each resumes from its "
+                "last epoch: run the same command again"
+            )
         for name, (job, proc) in list(running.items()):
             rc = proc.poll()
             if rc is None:
@@ -285,6 +324,35 @@ def execute(jobs: list[Job], gpu_gb: float, m: Measured, cap: float, config: str
                 failed.append(name)
                 print(f"{name}: failed (rc {rc}): {tail[:300]}", flush=True)
     return failed
+
+
+def stop(running: dict[str, tuple[Job, subprocess.Popen[bytes]]]) -> None:
+    for _, proc in running.values():
+        proc.terminate()
+    for name, (_, proc) in running.items():
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        print(f"{name}: stopped at the time limit (resumes from its last epoch)", flush=True)
+
+
+def start_mps(mode: str) -> bool:
+    """Start CUDA MPS (several processes then share the GPU's cores; the stored epoch times
+    were measured under it) where its control program and a GPU are there; True if started."""
+    if mode == "off" or not shutil.which("nvidia-cuda-mps-control"):
+        return False
+    if subprocess.run(["nvidia-smi"], capture_output=True).returncode:
+        return False
+    ok = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True).returncode == 0
+    if ok:
+        print("CUDA MPS started", flush=True)
+    return ok
+
+
+def stop_mps() -> None:
+    subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", capture_output=True)
 
 
 def prepare_data(cfg: dict[str, Any], config: str) -> None:
@@ -307,6 +375,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-gb", type=float, help="the GPU's memory in GiB (default: read from the GPU)")
     p.add_argument("--cap", type=float, default=0.875, help="share of the GPU's memory the runs may reserve (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run (default %(default)s)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="stop after this many minutes (a lent GPU's limit): the runs keep their last epoch and the "
+        "same command continues; the plan says how many such commands the whole takes",
+    )
+    p.add_argument("--mps", choices=("auto", "off"), default="auto", help="start CUDA MPS where it can (default auto)")
     p.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
 
 
@@ -323,18 +398,52 @@ def run(args: argparse.Namespace) -> int:
     final_plan = plan([j for j in finals if j.epochs], gpu_gb, m, args.cap)
     for line in describe("search", search_plan, gpu_gb, m, args.cap) + describe("final runs", final_plan, gpu_gb, m, args.cap):
         print(line, flush=True)
+    total = max((s.end_s for s in search_plan), default=0.0) + max((s.end_s for s in final_plan), default=0.0)
+    if args.minutes:
+        if args.minutes <= 0:
+            raise UserError(f"--minutes {args.minutes}: a positive number")
+        calls = math.ceil(total / 60 / args.minutes) if total else 1
+        print(
+            f"whole: expected {total / 60:.1f} min of training: "
+            + ("one command" if calls <= 1 else f"about {calls} commands")
+            + f" of {args.minutes:g} min (the same command again continues where the last stopped)",
+            flush=True,
+        )
     print(f"measurements: {m.source}", flush=True)
     if args.plan_only:
         return 0
     t0 = time.monotonic()
+    deadline = t0 + 60 * args.minutes if args.minutes else None
+    mps = start_mps(args.mps)
+    try:
+        return run_all(cfg, args, m, gpu_gb, search, finals, deadline, t0)
+    except OutOfTime as err:
+        print(f"gpu-run: {err}", flush=True)
+        return 3
+    finally:
+        if mps:
+            stop_mps()
+
+
+def run_all(
+    cfg: dict[str, Any],
+    args: argparse.Namespace,
+    m: Measured,
+    gpu_gb: float,
+    search: list[Job],
+    finals: list[Job],
+    deadline: float | None,
+    t0: float,
+) -> int:
+    """prepare, search, select, final runs, compile (run's work once the plan is printed)."""
     prepare_data(cfg, args.config)
-    failed = execute(search, gpu_gb, m, args.cap, args.config, args.threads)
+    failed = execute(search, gpu_gb, m, args.cap, args.config, args.threads, deadline)
     if failed:
         raise UserError(f"search runs failed: {', '.join(failed)} (their logs say why; the same command resumes)")
     for exp in C.enabled_experiments(cfg):
         if C.has_grid(cfg, exp) and subprocess.run(psrnn("select", "--config", args.config, "--experiment", exp)).returncode:
             raise UserError(f"select {exp} failed")
-    failed = execute(finals, gpu_gb, m, args.cap, args.config, args.threads)
+    failed = execute(finals, gpu_gb, m, args.cap, args.config, args.threads, deadline)
     if failed:
         raise UserError(f"final runs failed: {', '.join(failed)} (their logs say why; the same command resumes)")
     if subprocess.run(psrnn("compile", "--config", args.config)).returncode:
