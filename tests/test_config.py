@@ -632,3 +632,17 @@ def test_job_env_that_would_run_other_code_is_refused_by_name(tmp_path, name, ca
     }
     path.write_text(yaml.safe_dump(ok))
     assert C.load_suite(path)["job_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_a_dataset_setting_re_runs_the_training_jobs_but_prepares_nothing_again():
+    """datasets.<ds>.settings are run settings: choosing one moves the training jobs' spec
+    (their resolved settings), not the dataset's download/prepare stamp."""
+    from psrnn import workflow as W
+
+    cfg = C.load_suite(PAPER)
+    raw = paper_raw()
+    raw["datasets"]["imdb"]["settings"]["init"] = {"value": "chrono", "evidence": "a test's other choice, none"}
+    other = C.validate_suite(raw)
+    assert W.dataset_stamp(other, "imdb") == W.dataset_stamp(cfg, "imdb")
+    assert W.experiment_spec(other, "imdb_gru", code=False) != W.experiment_spec(cfg, "imdb_gru", code=False)
+    assert W.experiment_spec(other, "mnist_gru", code=False) == W.experiment_spec(cfg, "mnist_gru", code=False)

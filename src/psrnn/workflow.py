@@ -291,8 +291,11 @@ def train_inputs(cfg: dict[str, Any], experiment: str) -> dict[str, str]:
 
 def dataset_spec(cfg: dict[str, Any], dataset: str) -> str:
     """Everything a dataset's download and preparation depend on, as stable JSON: a Snakemake
-    param, so editing it re-runs exactly that dataset's jobs and what follows."""
-    return json.dumps({"dataset": dataset, "name": cfg["name"], **cfg["datasets"][dataset]}, sort_keys=True)
+    param, so editing it re-runs exactly that dataset's jobs and what follows. Its `settings`
+    are run settings, not data: they reach each training job through its resolved settings,
+    so choosing one (or rewording its evidence) re-prepares nothing."""
+    entry = {k: v for k, v in cfg["datasets"][dataset].items() if k != "settings"}
+    return json.dumps({"dataset": dataset, "name": cfg["name"], **entry}, sort_keys=True)
 
 
 def experiment_spec(
