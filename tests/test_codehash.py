@@ -224,7 +224,9 @@ def test_the_same_code_gives_the_same_digest_under_every_python_installed_here()
     the fixed module and both training digests agree. Interpreters not installed are skipped."""
     import glob
 
-    others = sorted(glob.glob(str(__import__("pathlib").Path.home() / ".pyenv/versions/3.1[1-4]*/bin/python3")))
+    others = sorted(
+        glob.glob(str(__import__("pathlib").Path.home() / ".pyenv/versions/3.1[1-4]*/bin/python3"))
+    )
     if not others:
         pytest.skip("no other Python under ~/.pyenv/versions")
     for exe in others:

@@ -298,7 +298,11 @@ def test_quick_config_is_table2_mnist_fmnist_imdb_one_seed_each_row_searching_it
     )
     assert all(cfg["experiments"][e]["ref"].startswith("table2/") for e in exps)
     run = C.resolve_run(cfg, "imdb_gru", 0)
-    assert (run.max_epochs, run.patience, run.init) == (70, 20, "torch")  # paper.yaml's choice for the reviews
+    assert (run.max_epochs, run.patience, run.init) == (
+        70,
+        20,
+        "torch",
+    )  # paper.yaml's choice for the reviews
 
 
 @pytest.mark.parametrize("key,value", [("init", "xavier"), ("optimizer", "sgd")])
@@ -306,7 +310,9 @@ def test_unknown_init_or_optimizer_is_named(key, value):
     cfg = paper_raw()
     if key == "init":
         cfg["datasets"]["mnist"]["settings"]["init"]["value"] = value
-        assert error_of(cfg).startswith("test.yaml: datasets.mnist.settings.init.value: 'xavier' is not one of")
+        assert error_of(cfg).startswith(
+            "test.yaml: datasets.mnist.settings.init.value: 'xavier' is not one of"
+        )
     else:
         cfg["defaults"][key] = value
         assert key in error_of(cfg)
@@ -380,7 +386,10 @@ def test_config_prints_each_datasets_initialisation_and_its_evidence(capsys):
         "fmnist init: chrono (not measured on Fashion-MNIST"
     )
     assert main(["config", str(C.ROOT / "config" / "small.yaml")]) == 0
-    assert "mnist init: torch (not chosen for this dataset: the run settings' default)" in capsys.readouterr().out
+    assert (
+        "mnist init: torch (not chosen for this dataset: the run settings' default)"
+        in capsys.readouterr().out
+    )
 
 
 # --- every committed file reads as before ----------------------------------------------------
@@ -641,8 +650,13 @@ def test_a_dataset_setting_re_runs_the_training_jobs_but_prepares_nothing_again(
 
     cfg = C.load_suite(PAPER)
     raw = paper_raw()
-    raw["datasets"]["imdb"]["settings"]["init"] = {"value": "chrono", "evidence": "a test's other choice, none"}
+    raw["datasets"]["imdb"]["settings"]["init"] = {
+        "value": "chrono",
+        "evidence": "a test's other choice, none",
+    }
     other = C.validate_suite(raw)
     assert W.dataset_stamp(other, "imdb") == W.dataset_stamp(cfg, "imdb")
     assert W.experiment_spec(other, "imdb_gru", code=False) != W.experiment_spec(cfg, "imdb_gru", code=False)
-    assert W.experiment_spec(other, "mnist_gru", code=False) == W.experiment_spec(cfg, "mnist_gru", code=False)
+    assert W.experiment_spec(other, "mnist_gru", code=False) == W.experiment_spec(
+        cfg, "mnist_gru", code=False
+    )

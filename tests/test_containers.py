@@ -1,8 +1,9 @@
 """The container recipes: one recipe script (containers/install.sh) that the Dockerfile, both
 Apptainer definitions and the local root-file-system build run; the Dockerfile lints clean,
 the definitions have their sections and pinned bases, and every recipe pins the versions of
-uv.lock / pyproject.toml. The image itself is built and run by containers/test-rootfs.sh
-(root, 7 to 9 minutes; containers/README.md); these checks are fast and run in CI."""
+uv.lock / pyproject.toml. The image itself is built with Apptainer and the small config run
+in it by tests/test_apptainer_real.py (root on Debian; containers/README.md); these checks
+are fast and run everywhere."""
 
 import os
 import re
@@ -21,7 +22,6 @@ DOCKERFILE = CONTAINERS / "Dockerfile"
 DEF = CONTAINERS / "psrnn.def"
 DEBIAN_DEF = CONTAINERS / "psrnn-debian.def"
 INSTALL = CONTAINERS / "install.sh"
-TEST_ROOTFS = CONTAINERS / "test-rootfs.sh"
 # What every recipe copies into /opt/psrnn for install.sh.
 RECIPE_FILES = [
     "pyproject.toml",
@@ -101,22 +101,25 @@ def test_dockerfile_lints_clean():
 
 
 def test_every_recipe_runs_the_one_install_script():
-    """Dockerfile, both .def files and test-rootfs.sh leave Python, uv and the lock install
-    to containers/install.sh: none installs them itself, each runs the script."""
+    """Dockerfile and both .def files leave Python, uv and the lock install to
+    containers/install.sh: none installs them itself, each runs the script (the .def files
+    then label the image with its environment's digest, psrnn.apptainer.env_digest)."""
     docker = DOCKERFILE.read_text()
     assert re.findall(r"^RUN (.*)$", docker, re.M) == [
         "bash containers/install.sh --no-install-project",  # dependencies: a layer that survives code edits
         "bash containers/install.sh",
     ]
     registry, debian = (def_sections(p.read_text())["post"] for p in (DEF, DEBIAN_DEF))
-    assert commands(registry) == ['TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh']
+    label = (
+        'cd /opt/psrnn && echo "io.psrnn.env $(cat uv.lock containers/install.sh containers/torch-variant.sh '
+        '| sha256sum | cut -c1-16)" >> "${APPTAINER_LABELS:-$SINGULARITY_LABELS}"'
+    )
+    assert commands(registry) == ['TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh', label]
     assert commands(debian) == [
-        'PSRNN_PYTHON=system TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh'
+        'PSRNN_PYTHON=system TORCH="{{ TORCH }}" bash /opt/psrnn/containers/install.sh',
+        label,
     ]
-    rootfs = TEST_ROOTFS.read_text()
-    assert re.search(r"^env_in=\(.* PSRNN_PYTHON=system TORCH=", rootfs, re.M)
-    assert re.search(r"^timed install chroot .* bash /opt/psrnn/containers/install\.sh$", rootfs, re.M)
-    for recipe in (docker, registry, debian, rootfs):
+    for recipe in (docker, registry, debian):
         assert not re.search(r"^\s*(RUN )?(uv sync|uv python install|\S*pip3? install)", recipe, re.M)
 
 
@@ -127,8 +130,6 @@ def test_recipes_copy_the_same_files_into_the_image():
     for line in def_sections(DEF.read_text())["files"].strip().splitlines():
         src, dst = line.split()
         assert dst == f"/opt/psrnn/{src}"
-    rootfs = re.search(r"^RECIPE_FILES=\((.*)\)$", TEST_ROOTFS.read_text(), re.M)[1].split()
-    assert rootfs == RECIPE_FILES
     copied = [
         s
         for line in re.findall(r"^COPY (?!--from)(.*) \S+$", DOCKERFILE.read_text(), re.M)
@@ -276,7 +277,7 @@ def test_install_script_registry_images_take_uvs_python_and_exactly_the_lock(tmp
 
 
 def test_install_script_debian_takes_the_os_python_and_uv_from_pypi(tmp_path):
-    """psrnn-debian.def and test-rootfs.sh: Debian's python3 (apt), uv from PyPI with the OS's
+    """psrnn-debian.def: Debian's python3 (apt), uv from PyPI with the OS's
     pip (removed again), then the same lock; nothing downloads a Python."""
     status, err, ran = run_install(tmp_path, {"PSRNN_PYTHON": "system"}, uv=False)
     assert status == 0, err
@@ -303,17 +304,6 @@ def test_install_script_refuses_another_uv_and_passes_torch_to_the_variant_scrip
     syncs = [c for c in ran if c.startswith("uv sync")]
     assert len(syncs) == 1 and "--no-install-package torch " in syncs[0]
     assert syncs[0].endswith("--no-default-groups --python 3.11.7")
-
-
-def test_test_rootfs_script_is_valid_bash_and_checks_the_small_numbers():
-    """containers/test-rootfs.sh needs root and minutes (containers/README.md); here its
-    syntax, and that it runs the small config with --use-singularity and checks it."""
-    res = subprocess.run(["bash", "-n", str(TEST_ROOTFS)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    text = TEST_ROOTFS.read_text()
-    assert 'debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR"' in text
-    assert "--configfile config/small-rootfs.yaml --use-singularity" in text
-    assert "python -m psrnn check --config config/small.yaml" in text
 
 
 def test_ci_runs_exactly_the_readme_test_command():

@@ -62,10 +62,14 @@ def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout
     # the plan comes first: 5 of the 8 search runs at once on 80 GB, under 70 GB reserved
-    assert out.splitlines()[0].startswith("search: 8 run(s), at most 5 at once reserving 65.6 GiB of 79.2 GiB")
+    assert out.splitlines()[0].startswith(
+        "search: 8 run(s), at most 5 at once reserving 65.6 GiB of 79.2 GiB"
+    )
     assert out.index("search: 8 run(s)") < out.index("search/imdb_gru/lr-0.001: started")
     # slowest first: both GRU runs start before any other
-    started = [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("search/") and ln.endswith("reserved)")]
+    started = [
+        ln.split(":")[0] for ln in out.splitlines() if ln.startswith("search/") and ln.endswith("reserved)")
+    ]
     assert started[:2] == ["search/imdb_gru/lr-0.001", "search/imdb_gru/lr-0.003"] and len(started) == 8
     assert "gpu-run: compiled results/toy10/REPORT.md" in out
     root = tmp_path / "results" / "toy10"

@@ -41,7 +41,10 @@ def test_eight_runs_of_todays_sizes_are_never_started_at_once_on_an_80_gb_h100()
         n, gb = G.peak_sharing(slots, m.overhead_gb)
         assert len(slots) == 8 and n == most and gb < 70
         # the two GRU runs (the slowest) start first, at time 0
-        assert {s.job.name for s in slots if s.start_s == 0} >= {"search/imdb_gru/lr-0.001", "search/imdb_gru/lr-0.003"}
+        assert {s.job.name for s in slots if s.start_s == 0} >= {
+            "search/imdb_gru/lr-0.001",
+            "search/imdb_gru/lr-0.003",
+        }
     # on an H200 all 8 fit, and the plan's time is the slowest run's
     m = G.read_measured()
     slots = G.plan(imdb_jobs(m), 139.8, m, 0.875)
@@ -58,7 +61,9 @@ def test_the_search_runs_are_planned_slowest_first():
 
 def test_a_run_larger_than_the_cap_and_a_bad_measurements_file_are_one_line_errors(tmp_path):
     m = G.read_measured()
-    with pytest.raises(UserError, match=r"search/imdb_gru/lr-0.001 needs 14.5 GiB .* more than 88% of 16.0 GiB"):
+    with pytest.raises(
+        UserError, match=r"search/imdb_gru/lr-0.001 needs 14.5 GiB .* more than 88% of 16.0 GiB"
+    ):
         G.plan(imdb_jobs(m), 16.0, m, 0.875)
     bad = tmp_path / "m.json"
     bad.write_text(json.dumps({"process_overhead_gb": 1}))
@@ -85,7 +90,7 @@ def test_a_run_out_of_memory_starts_again_once_after_another_run_has_ended(tmp_p
     m = G.Measured(overhead_gb=0.0, slowdown=0.0, experiments={}, source="test")
     events = tmp_path / "events"
     script = {
-        "a": 'if [ -f {d}/a.tried ]; then echo ok-a; mkdir -p {d}/a && echo {{}} > {d}/a/metrics.json; '
+        "a": "if [ -f {d}/a.tried ]; then echo ok-a; mkdir -p {d}/a && echo {{}} > {d}/a/metrics.json; "
         'else touch {d}/a.tried; echo "psrnn train: error: out of memory: CUDA out of memory."; exit 2; fi',
         "b": "sleep 1; echo ok-b; mkdir -p {d}/b && echo {{}} > {d}/b/metrics.json",
         "c": 'sleep 2; echo "psrnn train: error: out of memory: CUDA out of memory."; exit 2',
@@ -109,7 +114,7 @@ def test_a_run_out_of_memory_starts_again_once_after_another_run_has_ended(tmp_p
     assert (tmp_path / "a" / "metrics.json").exists() and (tmp_path / "b" / "metrics.json").exists()
     # a finished run is skipped by the same call again
     assert G.execute(jobs[:2], 10.0, m, 1.0, "unused.yaml", 1) == []
-    assert events.read_text().splitlines()[len(lines):] == []
+    assert events.read_text().splitlines()[len(lines) :] == []
 
 
 def test_runs_beyond_the_cap_wait_for_memory(tmp_path, monkeypatch):
@@ -148,7 +153,9 @@ def test_plan_only_prints_the_plan_and_runs_nothing(tmp_path, capsys, monkeypatc
 
     assert main(["gpu-run", "--config", str(CONFIG), "--plan-only", "--gpu-gb", str(H100_GIB)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("search: 8 run(s), at most 5 at once reserving 65.6 GiB of 79.2 GiB (cap 88% = 69.3 GiB")
+    assert out.startswith(
+        "search: 8 run(s), at most 5 at once reserving 65.6 GiB of 79.2 GiB (cap 88% = 69.3 GiB"
+    )
     assert "expected 7.3 min" in out.splitlines()[0]
     assert not any(Path(tmp_path).iterdir())
 
@@ -173,7 +180,9 @@ def test_at_the_time_limit_the_runs_stop_and_the_same_command_continues(tmp_path
     with pytest.raises(G.OutOfTime, match=r"out of time: 1 run\(s\) not finished \(slow\); each resumes"):
         G.execute(jobs, 10.0, m, 1.0, "unused.yaml", 1, deadline=time.monotonic() + 1.0)
     assert time.monotonic() - t0 < 20  # stopped, not waited for
-    assert (tmp_path / "quick" / "metrics.json").exists() and not (tmp_path / "slow" / "metrics.json").exists()
+    assert (tmp_path / "quick" / "metrics.json").exists() and not (
+        tmp_path / "slow" / "metrics.json"
+    ).exists()
 
 
 def test_a_config_that_cannot_fit_one_command_is_planned_as_several(capsys):
@@ -181,7 +190,9 @@ def test_a_config_that_cannot_fit_one_command_is_planned_as_several(capsys):
     from psrnn.cli import main
 
     mnist = str(C.ROOT / "config" / "quick-mnist.yaml")
-    assert main(["gpu-run", "--config", mnist, "--plan-only", "--gpu-gb", str(H100_GIB), "--minutes", "9"]) == 0
+    assert (
+        main(["gpu-run", "--config", mnist, "--plan-only", "--gpu-gb", str(H100_GIB), "--minutes", "9"]) == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("search: 20 run(s), at most 7 at once")
     assert next(x for x in out if x.startswith("whole: ")) == (

@@ -354,10 +354,62 @@ def test_a_missing_image_is_one_line_naming_it_and_the_build_command(tmp_path):
         "(or, without a container registry, sudo apptainer build containers/psrnn.sif "
         "containers/psrnn-debian.def) (needs Apptainer >= 1.2; containers/README.md)"
     )
-    (tmp_path / "containers").mkdir()
-    (tmp_path / "containers" / "psrnn.sif").write_bytes(b"sif")
-    W.check_image("containers/psrnn.sif", tmp_path)
     W.check_image("docker://ghcr.io/x/psrnn:0.1.0", tmp_path)  # Apptainer pulls these
+
+
+def test_no_apptainer_and_an_image_of_another_environment_are_one_line_errors(tmp_path, monkeypatch):
+    """The image must hold the Python environment this checkout locks: its io.psrnn.env label
+    (written by the recipes' %post) is the digest of uv.lock and the install scripts."""
+    import shutil
+
+    from psrnn import apptainer as A
+
+    (tmp_path / "containers").mkdir()
+    for name in A.ENV_FILES:
+        shutil.copy(C.ROOT / name, tmp_path / name)
+    (tmp_path / "containers" / "psrnn.sif").write_bytes(b"sif")
+    monkeypatch.setattr(A, "apptainer_program", lambda: None)
+    with pytest.raises(C.ConfigError) as err:
+        W.check_image("containers/psrnn.sif", tmp_path)
+    assert str(err.value) == (
+        "--use-singularity: no apptainer (or singularity) on PATH; on Debian 12: sudo bash "
+        "containers/install-apptainer.sh (containers/README.md)"
+    )
+    fake = tmp_path / "apptainer"  # answers `inspect --json --labels` with the label given
+    monkeypatch.setattr(A, "apptainer_program", lambda: str(fake))
+    for label in ("0123456789abcdef", A.env_digest(tmp_path)):
+        labels = json.dumps({"data": {"attributes": {"labels": {A.ENV_LABEL: label}}}})
+        fake.write_text(f"#!/bin/sh\necho '{labels}'\n")
+        fake.chmod(0o755)
+        if label == "0123456789abcdef":
+            with pytest.raises(C.ConfigError) as err:
+                W.check_image("containers/psrnn.sif", tmp_path)
+            assert str(err.value).startswith(
+                "--use-singularity: containers/psrnn.sif holds another Python environment (io.psrnn.env "
+                f"0123456789abcdef, this checkout's uv.lock and install scripts: {A.env_digest(tmp_path)}); "
+                "rebuild it: "
+            )
+        else:
+            W.check_image("containers/psrnn.sif", tmp_path)
+    # a file Apptainer cannot read as an image
+    fake.write_text("#!/bin/sh\necho 'FATAL:   could not open image: not a SIF' >&2; exit 255\n")
+    with pytest.raises(
+        C.ConfigError, match=r"psrnn.sif is not an image Apptainer can read \(FATAL: +could not"
+    ):
+        W.check_image("containers/psrnn.sif", tmp_path)
+    # the recipes compute the same digest with sha256sum over the same files
+    import subprocess
+
+    out = subprocess.run(
+        ["bash", "-c", f"cd {tmp_path} && cat {' '.join(A.ENV_FILES)} | sha256sum | cut -c1-16"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert out == A.env_digest(tmp_path)
+    for recipe in ("psrnn.def", "psrnn-debian.def"):
+        text = (C.ROOT / "containers" / recipe).read_text()
+        assert f"cat {' '.join(A.ENV_FILES)} | sha256sum | cut -c1-16" in text and A.ENV_LABEL in text
 
 
 def test_apptainer_args_keep_nv_and_bind_data_linked_out_of_the_checkout(tmp_path, monkeypatch):

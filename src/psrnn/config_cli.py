@@ -61,14 +61,17 @@ def chosen_settings(cfg: dict, dataset: str) -> dict:
     """The study's per-dataset settings (registry.Study.per_dataset) of one dataset: each
     with its value and evidence, or, where the config chose none, the value it falls back to."""
     study = registry.study_of(cfg)
-    chosen = (cfg["datasets"][dataset].get("settings") or {})
+    chosen = cfg["datasets"][dataset].get("settings") or {}
     out = {}
     for key in dict.fromkeys((*study.per_dataset, *chosen)):
         if key in chosen:
             out[key] = {"value": chosen[key]["value"], "evidence": " ".join(chosen[key]["evidence"].split())}
         else:
             default = cfg.get("defaults", {}).get(key, getattr(study.settings()(), key))
-            out[key] = {"value": default, "evidence": "not chosen for this dataset: the run settings' default"}
+            out[key] = {
+                "value": default,
+                "evidence": "not chosen for this dataset: the run settings' default",
+            }
     return out
 
 

@@ -88,7 +88,10 @@ def read_measured(path: Path = MEASURED) -> Measured:
         return Measured(
             float(raw["process_overhead_gb"]),
             float(raw["sharing_slowdown"]),
-            {k: {"peak_gb": float(v["peak_gb"]), "epoch_s": float(v["epoch_s_alone"])} for k, v in raw["experiments"].items()},
+            {
+                k: {"peak_gb": float(v["peak_gb"]), "epoch_s": float(v["epoch_s_alone"])}
+                for k, v in raw["experiments"].items()
+            },
             str(raw.get("source", path)),
         )
     except FileNotFoundError:
@@ -103,7 +106,11 @@ def measure_of(m: Measured, experiment: str) -> tuple[float, float, bool]:
         return e["peak_gb"], e["epoch_s"], False
     if not m.experiments:
         raise UserError("the measurements file holds no experiment")
-    return max(e["peak_gb"] for e in m.experiments.values()), max(e["epoch_s"] for e in m.experiments.values()), True
+    return (
+        max(e["peak_gb"] for e in m.experiments.values()),
+        max(e["epoch_s"] for e in m.experiments.values()),
+        True,
+    )
 
 
 def search_jobs(cfg: dict[str, Any], m: Measured) -> list[Job]:
@@ -137,7 +144,9 @@ def final_jobs(cfg: dict[str, Any], m: Measured) -> list[Job]:
             args: tuple[str, ...] = ("--experiment", exp, "--seed", str(seed))
             if grid:
                 args += ("--selected", str(C.selection_path(cfg, exp)))
-            epochs = 0 if grid and seed == C.search_seed(cfg) else int(C.resolve_run(cfg, exp, seed).max_epochs)
+            epochs = (
+                0 if grid and seed == C.search_seed(cfg) else int(C.resolve_run(cfg, exp, seed).max_epochs)
+            )
             jobs.append(
                 Job(
                     f"runs/{exp}/seed{seed}", exp, args, C.run_dir(cfg, exp, seed),
@@ -191,7 +200,9 @@ def plan(jobs: list[Job], gpu_gb: float, m: Measured, cap: float) -> list[Slot]:
 
 def peak_sharing(slots: list[Slot], overhead_gb: float) -> tuple[int, float]:
     """(most jobs running at once, most memory they reserve at once) in a plan."""
-    events = sorted([(s.start_s, 1, s) for s in slots] + [(s.end_s, -1, s) for s in slots], key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(s.start_s, 1, s) for s in slots] + [(s.end_s, -1, s) for s in slots], key=lambda e: (e[0], e[1])
+    )
     n = best_n = 0
     gb = best_gb = 0.0
     for _, d, s in events:
@@ -213,7 +224,8 @@ def describe(title: str, slots: list[Slot], gpu_gb: float, m: Measured, cap: flo
         note = " (unmeasured: planned as the largest)" if s.job.assumed else ""
         lines.append(
             f"  {s.job.name:42s} {s.job.reserve_gb(m.overhead_gb):5.1f} GiB  {s.job.epochs:3d} epochs x "
-            f"{s.job.epoch_s:4.1f} s alone  start {s.start_s / 60:5.1f} min  end {s.end_s / 60:5.1f} min{note}"
+            f"{s.job.epoch_s:4.1f} s alone  start {s.start_s / 60:5.1f} min  "
+            f"end {s.end_s / 60:5.1f} min{note}"
         )
     return lines
 
@@ -238,7 +250,17 @@ def psrnn(*args: str) -> list[str]:
 
 def start(job: Job, config: str, threads: int) -> subprocess.Popen[bytes]:
     job.log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = psrnn("train", "--config", config, *job.args, "--out", str(job.out), "--restart-on-change", "--threads", str(threads))
+    cmd = psrnn(
+        "train",
+        "--config",
+        config,
+        *job.args,
+        "--out",
+        str(job.out),
+        "--restart-on-change",
+        "--threads",
+        str(threads),
+    )
     with job.log.open("a") as log:  # appended: a second call keeps the first's lines
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {' '.join(cmd[1:])}\n")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -255,7 +277,13 @@ class OutOfTime(UserError):
 
 
 def execute(
-    jobs: list[Job], gpu_gb: float, m: Measured, cap: float, config: str, threads: int, deadline: float | None = None
+    jobs: list[Job],
+    gpu_gb: float,
+    m: Measured,
+    cap: float,
+    config: str,
+    threads: int,
+    deadline: float | None = None,
 ) -> list[str]:
     """Run `jobs` under the plan's memory rule; a run that died of out-of-memory goes back
     to the queue once, to start when its reserve fits again after some run has ended.
@@ -319,7 +347,10 @@ def schedule(
             elif OOM_TEXT in tail.lower() and name not in retried:
                 retried[name] = ended
                 todo.insert(0, job)
-                print(f"{name}: out of GPU memory; started again once another run has ended ({tail[:160]})", flush=True)
+                print(
+                    f"{name}: out of GPU memory; started again once another run has ended ({tail[:160]})",
+                    flush=True,
+                )
             else:
                 failed.append(name)
                 print(f"{name}: failed (rc {rc}): {tail[:300]}", flush=True)
@@ -373,7 +404,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="suite config (YAML)")
     p.add_argument("--measured", default=str(MEASURED), help="stored measurements (default %(default)s)")
     p.add_argument("--gpu-gb", type=float, help="the GPU's memory in GiB (default: read from the GPU)")
-    p.add_argument("--cap", type=float, default=0.875, help="share of the GPU's memory the runs may reserve (default %(default)s)")
+    p.add_argument(
+        "--cap",
+        type=float,
+        default=0.875,
+        help="share of the GPU's memory the runs may reserve (default %(default)s)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run (default %(default)s)")
     p.add_argument(
         "--minutes",
@@ -381,7 +417,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="stop after this many minutes (a lent GPU's limit): the runs keep their last epoch and the "
         "same command continues; the plan says how many such commands the whole takes",
     )
-    p.add_argument("--mps", choices=("auto", "off"), default="auto", help="start CUDA MPS where it can (default auto)")
+    p.add_argument(
+        "--mps", choices=("auto", "off"), default="auto", help="start CUDA MPS where it can (default auto)"
+    )
     p.add_argument("--plan-only", action="store_true", help="print the plan, run nothing")
 
 
@@ -396,7 +434,9 @@ def run(args: argparse.Namespace) -> int:
     search, finals = search_jobs(cfg, m), final_jobs(cfg, m)
     search_plan = plan(search, gpu_gb, m, args.cap)
     final_plan = plan([j for j in finals if j.epochs], gpu_gb, m, args.cap)
-    for line in describe("search", search_plan, gpu_gb, m, args.cap) + describe("final runs", final_plan, gpu_gb, m, args.cap):
+    for line in describe("search", search_plan, gpu_gb, m, args.cap) + describe(
+        "final runs", final_plan, gpu_gb, m, args.cap
+    ):
         print(line, flush=True)
     total = max((s.end_s for s in search_plan), default=0.0) + max((s.end_s for s in final_plan), default=0.0)
     if args.minutes:
@@ -439,13 +479,20 @@ def run_all(
     prepare_data(cfg, args.config)
     failed = execute(search, gpu_gb, m, args.cap, args.config, args.threads, deadline)
     if failed:
-        raise UserError(f"search runs failed: {', '.join(failed)} (their logs say why; the same command resumes)")
+        raise UserError(
+            f"search runs failed: {', '.join(failed)} (their logs say why; the same command resumes)"
+        )
     for exp in C.enabled_experiments(cfg):
-        if C.has_grid(cfg, exp) and subprocess.run(psrnn("select", "--config", args.config, "--experiment", exp)).returncode:
+        if (
+            C.has_grid(cfg, exp)
+            and subprocess.run(psrnn("select", "--config", args.config, "--experiment", exp)).returncode
+        ):
             raise UserError(f"select {exp} failed")
     failed = execute(finals, gpu_gb, m, args.cap, args.config, args.threads, deadline)
     if failed:
-        raise UserError(f"final runs failed: {', '.join(failed)} (their logs say why; the same command resumes)")
+        raise UserError(
+            f"final runs failed: {', '.join(failed)} (their logs say why; the same command resumes)"
+        )
     if subprocess.run(psrnn("compile", "--config", args.config)).returncode:
         raise UserError("compile failed")
     root = C.results_root(cfg)

@@ -1,0 +1,189 @@
+"""`snakemake --use-singularity` for real: Apptainer installed on this Debian 12 machine
+(containers/install-apptainer.sh), the image built from containers/psrnn-debian.def with
+`apptainer build` and checked by its %test, then the small config through Snakemake inside
+it in a fresh clone, every number equal to tests/expected/small.json.
+
+    uv run --frozen pytest tests/test_apptainer_real.py      # root on Debian 12; else skipped
+
+The jobs provably run the image's Python: Snakemake runs from a host environment without
+torch (snakemake, jsonschema, pyyaml only), so any job that ran outside the image would
+fail importing torch (the host side has snakemake, jsonschema, pyyaml and pandas, the
+Snakefile's imports, at uv.lock's versions). data/ and results/ are written in the clone on the host. The
+Snakefile adds --nv to every job (the GPU path): on this machine without a GPU Apptainer
+only warns, which this run checks is harmless.
+
+The image takes ~5 min to build and holds only the locked Python environment (the jobs
+run the clone's src/ through PYTHONPATH), so it is cached between runs on one machine
+under ~/.cache/psrnn/apptainer/, named by psrnn.apptainer.env_digest (uv.lock and the
+install scripts) and the recipe's own digest: any change to what goes into the image
+builds a new one; a code change does not need one.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from psrnn import apptainer as A
+from psrnn import config as C
+
+pytestmark = pytest.mark.slow
+ROOT = C.ROOT
+RECIPE = ROOT / "containers" / "psrnn-debian.def"
+CACHE = Path(os.environ.get("PSRNN_APPTAINER_CACHE", Path.home() / ".cache" / "psrnn" / "apptainer"))
+ENV = {**os.environ, "APPTAINER_DROP_CAPS": "CAP_SYS_RESOURCE"}  # root here lacks CAP_SYS_RESOURCE
+TIMES: dict[str, float] = {}
+SNAKEMAKE_ARGS = ("--cores", "2", "--use-singularity", "--configfile", "config/small.yaml")
+
+
+def debian_root() -> str | None:
+    """Why this machine cannot run the test, or None."""
+    if os.geteuid() != 0:
+        return "needs root (Apptainer is installed as a Debian package and builds with debootstrap)"
+    release = Path("/etc/os-release")
+    if not release.exists() or "ID=debian" not in release.read_text():
+        return "needs Debian (containers/install-apptainer.sh adapts Debian unstable's package)"
+    if not shutil.which("apt-get"):
+        return "needs apt"
+    return None
+
+
+@pytest.fixture(scope="module")
+def apptainer():
+    why = debian_root()
+    if why:
+        pytest.skip(f"Apptainer for real: {why}")
+    t0 = time.monotonic()
+    res = subprocess.run(
+        ["bash", str(ROOT / "containers" / "install-apptainer.sh")], capture_output=True, text=True
+    )
+    TIMES["install_s"] = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout + res.stderr
+    program = A.apptainer_program()
+    assert program, res.stdout
+    return program
+
+
+def image_key() -> str:
+    recipe = hashlib.sha256(RECIPE.read_bytes()).hexdigest()[:12]
+    return f"psrnn-cpu-{A.env_digest(ROOT)}-{recipe}.sif"
+
+
+@pytest.fixture(scope="module")
+def image(apptainer):
+    """The image from containers/psrnn-debian.def (the locked environment: PyPI's torch),
+    built once per environment and recipe on this machine."""
+    sif = CACHE / image_key()
+    if not sif.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        ca = CACHE / "ca"  # %post does not see the host's CA bundle (a proxy's own authority here)
+        ca.mkdir(exist_ok=True)
+        shutil.copy("/etc/ssl/certs/ca-certificates.crt", ca / "host-ca.crt")
+        uv_cache = subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True).stdout.strip()
+        env = {
+            **ENV,
+            "APPTAINERENV_PIP_CERT": "/mnt/host-ca.crt",
+            "APPTAINERENV_SSL_CERT_FILE": "/mnt/host-ca.crt",
+            **({"APPTAINERENV_UV_CACHE_DIR": "/srv"} if uv_cache else {}),
+        }
+        binds = ["--bind", f"{ca}:/mnt"] + (["--bind", f"{uv_cache}:/srv"] if uv_cache else [])
+        partial = sif.with_suffix(".building")
+        t0 = time.monotonic()
+        res = subprocess.run(
+            [apptainer, "build", "--force", *binds, str(partial), str(RECIPE)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        TIMES["build_s"] = time.monotonic() - t0
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        partial.rename(sif)  # a cut build never stands in for an image
+    res = subprocess.run([apptainer, "test", str(sif)], env=ENV, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "psrnn 0.1.0 torch 2.14.1" in res.stdout  # the recipe's %test: the image's own Python
+    return sif
+
+
+@pytest.fixture(scope="module")
+def host_env(tmp_path_factory):
+    """A Python environment that can run Snakemake and read the suite's configs but has no
+    torch: a job that ran on the host instead of in the image would fail (cached beside the
+    image, by the environment's digest)."""
+    locked = {}
+    text = (ROOT / "uv.lock").read_text()
+    for name in ("snakemake", "jsonschema", "pyyaml", "pandas"):  # what the Snakefile imports
+        at = text.index(f'\nname = "{name}"\n')
+        locked[name] = text[at:].split('version = "', 1)[1].split('"', 1)[0]
+    venv = CACHE / f"hostenv-{A.env_digest(ROOT)}"
+    if not (venv / "bin" / "snakemake").exists():
+        subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        pins = [f"{k}=={v}" for k, v in locked.items()]
+        subprocess.run(
+            ["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *pins], check=True
+        )
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    assert probe.returncode != 0  # no torch on the host side
+    return venv
+
+
+def test_snakemake_runs_the_small_config_in_the_real_image_with_every_number_exact(image, host_env, tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (clone / "containers" / "psrnn-cpu.sif").symlink_to(image)  # the name config/small.yaml gives
+    env = {**ENV, "PYTHONPATH": str(clone / "src"), "PATH": f"{host_env / 'bin'}:{os.environ['PATH']}"}
+    t0, c0 = time.monotonic(), os.times()
+    res = subprocess.run(
+        [str(host_env / "bin" / "snakemake"), *SNAKEMAKE_ARGS],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    c1 = os.times()
+    TIMES["snakemake_s"] = time.monotonic() - t0
+    TIMES["snakemake_cpu_s"] = (c1.children_user - c0.children_user) + (
+        c1.children_system - c0.children_system
+    )
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-4000:]
+    assert (
+        log.count("Activating singularity image") >= 40 and str(clone / "containers" / "psrnn-cpu.sif") in log
+    )
+    assert "--nv" in log  # the GPU flag went to every job; without a GPU it only warns
+    # written on the host, in the clone
+    metrics = sorted((clone / "results" / "small").rglob("metrics.json"))
+    assert len(metrics) > 30 and (clone / "data" / "small" / "prepared").is_dir()
+    # every number equal to the committed expectation (the same check CI's other e2e test makes)
+    check = subprocess.run(
+        [sys.executable, "-m", "psrnn", "check", "--config", "config/small.yaml"],
+        cwd=clone, env={**os.environ, "PYTHONPATH": str(clone / "src")}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "exact (same platform)" in check.stdout and re.search(
+        r"^check small: all \d+ runs match$", check.stdout, re.M
+    ), check.stdout
+    # the runs record the image's torch, and no job ran with the host's Python
+    run = json.loads(metrics[0].read_text())
+    assert run["torch_version"].startswith("2.14.1")
+    (tmp_path / "times.json").write_text(json.dumps(TIMES))
+    print(f"apptainer e2e times: {json.dumps({k: round(v) for k, v in TIMES.items()})}")
+
+
+def test_an_image_of_another_environment_stops_snakemake_before_any_job(image, host_env, tmp_path):
+    """A checkout whose uv.lock moved on from the image's: one line, nothing written."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (clone / "containers" / "psrnn-cpu.sif").symlink_to(image)
+    with (clone / "uv.lock").open("a") as f:
+        f.write("\n")
+    env = {**ENV, "PYTHONPATH": str(clone / "src"), "PATH": f"{host_env / 'bin'}:{os.environ['PATH']}"}
+    res = subprocess.run(
+        [str(host_env / "bin" / "snakemake"), *SNAKEMAKE_ARGS],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode != 0
+    line = next(x for x in (res.stdout + res.stderr).splitlines() if "holds another Python environment" in x)
+    assert "containers/psrnn-cpu.sif holds another Python environment (io.psrnn.env " in line
+    assert not (clone / "results").exists() and not (clone / "data" / "small").exists()
