@@ -6,14 +6,13 @@ it in a fresh clone, every number equal to tests/expected/small.json.
     uv run --frozen pytest tests/test_apptainer_real.py      # root on Debian 12; else skipped
 
 The jobs provably run the image's Python: Snakemake runs from a host environment without
-torch (snakemake, jsonschema, pyyaml only), so any job that ran outside the image would
-fail importing torch (the host side has snakemake, jsonschema, pyyaml, pandas and scipy,
-the Snakefile's imports and the paper job's, at uv.lock's versions; the paper job is the
-one the Snakefile keeps on the host, where LaTeX is). data/ and results/ are written in the clone on the host. The
-Snakefile adds --nv to every job (the GPU path): on this machine without a GPU Apptainer
-only warns, which this run checks is harmless.
+torch (snakemake, jsonschema, pyyaml, pandas and scipy at uv.lock's versions: the
+Snakefile's imports and those of the paper job, which the Snakefile keeps on the host where
+LaTeX is), so any other job that ran outside the image would fail importing torch. data/
+and results/ are written in the clone on the host. The Snakefile adds --nv to every job
+(the GPU path): on this machine without a GPU Apptainer only warns, which this run checks is harmless.
 
-The image takes ~5 min to build and holds only the locked Python environment (the jobs
+The image takes ~13 min to build here and holds only the locked Python environment (the jobs
 run the clone's src/ through PYTHONPATH), so it is cached between runs on one machine
 under ~/.cache/psrnn/apptainer/, named by psrnn.apptainer.env_digest (uv.lock and the
 install scripts) and the recipe's own digest: any change to what goes into the image
