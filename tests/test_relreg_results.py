@@ -249,6 +249,27 @@ def test_unknown_ref_is_a_config_error(tmp_path, monkeypatch):
         R.compile(cfg, C.results_root(cfg), mine)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ("  - [table45/ours-l2, table45/ours-cell]", "  - [table45/ours-l2, table45/ours-cel]", "equivalent"),
+        ("no_settings: [table45/ours-l2,", "no_settings: [table45/ours-L2,", "no_settings"),
+    ],
+)
+def test_a_reference_row_id_that_is_no_row_is_one_line_naming_it(tmp_path, monkeypatch, old, new, named):
+    """The margin reads `equivalent`, the thesis-settings table `no_settings`: a typo there would
+    silently shrink the margin to 0 or train a row twice, so it stops compile, key and id named."""
+    monkeypatch.chdir(tmp_path)
+    cfg = suite_config(("lstm_l2",))
+    text = R.REFERENCE_PATH.read_text()
+    assert old in text
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text.replace(old, new))
+    bad = new.split("[")[1].split(",")[-1].strip(" ]") if named == "equivalent" else "table45/ours-L2"
+    with pytest.raises(C.ConfigError, match=f"^{mine}: {named}: '{bad}' is not a table45 row$"):
+        R.compile(cfg, C.results_root(cfg), mine)
+
+
 # --- Table 4.5 ----------------------------------------------------------------------------------
 
 

@@ -48,14 +48,20 @@ def reference_rows(reference: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
-    """A `ref:` that names no reference row is a typo that would silently drop a row."""
+    """A `ref:` that names no reference row is a typo that would silently drop a row; so is a
+    row id in the reference's `equivalent` or `no_settings` that is no Table 4.5 row (the margin
+    and the rows without settings read them)."""
     known = reference_rows(reference)
+    where = reference.get("file", REFERENCE_PATH.name)
     for name, exp in cfg["experiments"].items():
         if exp.get("ref") is not None and exp["ref"] not in known:
-            raise C.ConfigError(
-                f"experiments.{name}.ref: {exp['ref']!r} is not a row of "
-                f"{reference.get('file', REFERENCE_PATH.name)}"
-            )
+            raise C.ConfigError(f"experiments.{name}.ref: {exp['ref']!r} is not a row of {where}")
+    table45 = {r["id"] for r in reference.get("table45", [])}
+    listed = [("equivalent", i) for group in reference.get("equivalent", []) for i in group]
+    listed += [("no_settings", i) for i in reference.get("no_settings", [])]
+    for key, i in listed:
+        if i not in table45:
+            raise C.ConfigError(f"{where}: {key}: {i!r} is not a table45 row")
 
 
 def _under(results_dir: Path, path: Path, cfg: dict[str, Any]) -> Path:
