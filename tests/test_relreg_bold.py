@@ -130,10 +130,28 @@ def test_printed_rows_are_the_seed_texts_rows():
     assert seed_rows(text) == {t: [row["printed"] for row in rows(t)] for t in TABLES}
 
 
+def model_of(cfg: dict, exp: str) -> tuple:
+    """An experiment's run settings (seed 1) with the penalties as what they do: l2 (eq. 3.6,
+    every weight) folded into l2_cell and l2_noncell (eq. 3.7), which together cover every weight."""
+    from psrnn import config as C
+
+    run = C.resolve_run(cfg, exp, 1).to_dict()
+    lam = float(run.pop("l2", 0.0) or 0.0)
+    if run.get("model") == "proto":
+        run["l2_cell"] = float(run.get("l2_cell") or 0.0) + lam
+        run["l2_noncell"] = float(run.get("l2_noncell") or 0.0) + lam
+    else:
+        run["l2"] = lam
+    return tuple(sorted((k, repr(v)) for k, v in run.items()))
+
+
 def test_the_thesis_rows_of_relreg_yaml_train_the_bolded_settings(tmp_path):
     """config/relreg.yaml's *_thesis experiments (Table 4.5 as the thesis trained it) set
     exactly the readings above for their model (psrnn.studies.relreg.results.thesis_differences,
-    which the table's caption uses); a changed value is named."""
+    which the table's caption uses); a changed value is named, and so is a regulariser dropped
+    or added. Table 4.4's one bold set is the both row's (it holds epsilon = 1.0): the L2 and
+    cell rows have no settings from the thesis and no *_thesis experiment, so no model trains
+    twice under two names."""
     from psrnn import config as C
     from psrnn.report.collect import load_reference
     from psrnn.studies.relreg import results as R
@@ -145,13 +163,32 @@ def test_the_thesis_rows_of_relreg_yaml_train_the_bolded_settings(tmp_path):
         "lstm_thesis",
         "rmc_thesis",
         "transformer_thesis",
-        "proto_l2_thesis",
-        "proto_cell_thesis",
+        "transformer_thesis_nomask",  # the same settings, the other attention reading
         "proto_both_thesis",
     ]
     assert {e: R.thesis_differences(s, e) for e in fixed} == {e: [] for e in fixed}
-    s.settings["proto_both_thesis"] = {**s.settings["proto_both_thesis"], "cells": 4}
+    both = s.settings["proto_both_thesis"]
+    s.settings["proto_both_thesis"] = {**both, "cells": 4}
     assert R.thesis_differences(s, "proto_both_thesis") == ["cells 4 vs 3"]
+    s.settings["proto_both_thesis"] = {**both, "noise": 0.0}  # drops epsilon: the cell row's reading
+    assert R.thesis_differences(s, "proto_both_thesis") == ["noise 0.0 vs 1.0"]
+    s.settings["proto_both_thesis"] = {**both, "l2": 0.001}  # adds the plain L2 of eq. 3.6
+    assert R.thesis_differences(s, "proto_both_thesis") == ["l2 0.001 vs 0.0"]
+    s.settings["lstm_thesis"] = {**s.settings["lstm_thesis"], "l2": 0.0}  # drops its only regulariser
+    assert R.thesis_differences(s, "lstm_thesis") == ["l2 0.0 vs 0.001"]
+    # no model twice under two names: every pair of rows differs in some run setting once the
+    # penalties are written as what they do (eq. 3.6's l2 adds to both eq. 3.7 lambdas)
+    assert len({model_of(cfg, e) for e in fixed}) == len(fixed)
+    old = {  # the two rows issue 49 found to be one model
+        "proto_l2_thesis": {**cfg["experiments"]["proto_both_thesis"], "noise": 0.0},
+        "proto_cell_thesis": {**cfg["experiments"]["proto_both_thesis"], "noise": 0.0},
+    }
+    old["proto_l2_thesis"].update(l2=0.001, l2_cell=0.0, l2_noncell=0.0)
+    both = {**cfg, "experiments": {**cfg["experiments"], **old}}
+    assert model_of(both, "proto_l2_thesis") == model_of(both, "proto_cell_thesis")
+    # a row the thesis gives no settings for differs as a whole, whatever it trains
+    s.cfg["experiments"]["proto_both_thesis"]["ref"] = "table45/ours-l2"
+    assert R.thesis_differences(s, "proto_both_thesis") == ["the thesis gives no settings for this row"]
 
 
 def test_a_reference_file_with_a_syntax_error_is_one_line_with_its_place(tmp_path):

@@ -22,14 +22,14 @@ FIGURE_TITLES = {  # also their captions in REPORT.md
 REPORT_CAPTIONS = {
     "table45": "Table 4.5 of the thesis as our grid search selects its rows: test sequence accuracy "
     "(%, exact match) per number of bits of the Binary Counter, the thesis' beside ours (mean [95% "
-    "bootstrap interval] over seeds, seeds at >= 99 %, bit accuracy as a diagnostic), with a verdict "
+    "interval] over seeds, seeds at >= 99 %, bit accuracy as a diagnostic), with a verdict "
     "and, where not reproduced, its cause per row and length",
     "table45_thesis": "Table 4.5 of the thesis with each row trained at the settings its Tables 4.1-4.4 "
     "bold: test sequence accuracy (%, exact match) per number of bits, the thesis' beside ours (mean "
-    "[95% bootstrap interval] over seeds, seeds at >= 99 %), with a verdict and its cause",
+    "[95% interval] over seeds, seeds at >= 99 %), with a verdict and its cause",
     "ablations": "Table 4.5a (ours): each Table 4.5 experiment beside the same one with one run setting "
     "changed (the Transformer's causal mask, the numbers selected on), with the difference of their "
-    "means per number of bits (95% bootstrap interval)",
+    "means per number of bits (95% interval)",
     **FIGURE_TITLES,
     "REPORT": "the reproduction report: the study's choices, grids against Tables 4.1-4.4, verdicts of "
     "Table 4.5, the ablations, provenance",

@@ -4,7 +4,7 @@ A suite config's `compare_with: <file in config/>` (config/relreg-full.yaml:
 `compare_with: relreg.yaml`) names the suite to compare with. For every experiment both
 suites have, one row gives:
 - each suite's grid size and how many points tied at the best validation accuracy;
-- the test sequence accuracy of each suite's final runs (mean over seeds, its bootstrap
+- the test sequence accuracy of each suite's final runs (mean over seeds, its 95 %
   interval, seeds at >= 99 %) at the thesis' longest length.
 
 The other suite's committed results are read as its own compile reads them (every run
@@ -48,7 +48,7 @@ def compare_lines(s: RelRegSuite) -> list[str]:
         "",
         f"Each grid experiment that both configs have: its grid, how many points tied at the best "
         f"validation sequence accuracy (the tie set the final runs draw from), and the test sequence "
-        f"accuracy at {LENGTH} bits: the mean over the final runs' seeds [95% bootstrap interval] and "
+        f"accuracy at {LENGTH} bits: the mean over the final runs' seeds [95% interval] and "
         f"the seeds at >= {V.SUCCESS_PCT:g} %.",
         "",
         f"| Experiment | {them} points | {them} tied | {me} points | {me} tied "

@@ -32,6 +32,7 @@ from psrnn.studies.relreg.collect import (
     selection_data,
 )
 from psrnn.studies.relreg.compare import compare_lines
+from psrnn.studies.relreg.evidence import evidence_lines
 from psrnn.studies.relreg.robust import robust_lines
 from psrnn.studies.relreg.verdict_lines import (  # noqa: F401 (why_lines: REPORT.md's "Why", tests call it here)
     TABLE_TITLES,
@@ -85,18 +86,22 @@ def report_markdown(s: RelRegSuite, t: Table, tt: Table, ab: Table, outputs: lis
         *table_section(s, SEARCH, t),
         "## Thesis against ours, per row and number of bits",
         "",
-        "Ours = mean ± sample std over seeds; 95% interval: percentile bootstrap of the mean over seeds; "
+        "Ours = mean ± sample std over seeds; 95% interval: of the mean, from the share of failing seeds "
+        f"(below {V.SUCCESS_PCT:g} %, Jeffreys' Beta) and the passing and failing seeds' values (Bayesian "
+        "bootstrap, failures unseen anywhere below the threshold); "
         f"seeds at >= {V.SUCCESS_PCT:g} %: k/n with the exact 95% interval of the share; Δ = ours − thesis "
-        "(sequence accuracy, pp); margin: max(0.5 pp, one test number). Verdict: reproduced when our whole "
+        "(sequence accuracy, pp); margin: the spread between the thesis' own equivalent rows, or half the "
+        "row's printed step where more. Verdict: reproduced when our whole "
         "interval lies within the margin of the thesis' value, not reproduced when wholly beyond it, else "
         "inconclusive (psrnn.studies.relreg.verdicts). Cause: the first of the fixed list "
-        "below that the numbers "
+        "below that the runs "
         "show. Our bit accuracy is a diagnostic, never compared with the thesis' values.",
         "",
         *detail_lines(s),
         "",
         *cause_lines(s),
         "",
+        *(["## Causes tested by runs", "", *tested] if (tested := evidence_lines(s)) else []),
         "## Ablations",
         "",
         to_markdown(ab, s),
@@ -284,7 +289,15 @@ def grid_lines(s: RelRegSuite) -> list[str]:
         "keeps one stray space beside one value, the lost mark (config/relreg-reference.yaml `bold`, "
         "re-derived from the text by tests/test_relreg_bold.py). Table 4.5's rows at those settings: "
         + (", ".join(e for _, e in rows(s, table=FIXED) if e) or "none in this config")
-        + ".",
+        + ". Table 4.4 bolds one set for all its rows, with ε = 1.0: the both row's; the thesis gives "
+        + (
+            ", ".join(
+                r["model"] for r in s.reference["table45"] if r["id"] in s.reference.get("no_settings", [])
+            )
+            or "no row"
+        )
+        + " no settings, and at λ_cell = λ_non-cell they would be one model under two names: neither is "
+        "trained at fixed settings.",
     ]
 
 
@@ -427,8 +440,9 @@ def readings(s: RelRegSuite) -> list[str]:
         "- **Training settings.** The thesis gives no epochs, batch size, optimizer, training-set size, "
         "validation data, gradient clipping or RMC memory slots; ours are listed under the study's choices.",
         "- **Grids.** Table 4.4 (proto-LSTMs) has no λ_whole: the proto L2 row sweeps our L2 values (see "
-        "the grid table). The bold best values of Tables 4.1-4.4 are lost, so the thesis' chosen settings "
-        "are unknown; Figures 4.1-4.2 name 4 proto-LSTM cells.",
+        "the grid table). The bold marks of Tables 4.1-4.4 survive as stray spaces (the grid table's note): "
+        "Table 4.4's one bold set is the both row's (it holds ε = 1.0); Figures 4.1-4.2 name 4 "
+        "proto-LSTM cells, the bold set 3.",
         "- **Figure 4.3.** The thesis prints two loading probabilities per step (a model with 2 cells, "
         "not the 4 of Figures 4.1-4.2) and its output column starts with the start token; ours shows the "
         "cells of the run drawn and the target bit of each step.",

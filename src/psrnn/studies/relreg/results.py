@@ -18,7 +18,8 @@ Writes under results/<name>/:
 What each shows: psrnn.studies.relreg.captions.
 
 psrnn.studies.relreg.collect reads the runs and gives the numbers every output takes, with the
-verdict rule of psrnn.studies.relreg.verdicts (bootstrap interval, equivalence margin, seeds at
+verdict rule of psrnn.studies.relreg.verdicts (an interval that sees failing seeds, a margin from
+the thesis, seeds at
 >= 99 %, a cause per cell not reproduced); the first study's machinery does the rest: fmt,
 tables.Table and its renderers, figures.save. Accuracies are in % like the first
 study's tables. The one compared with the thesis is sequence accuracy (exact match: all k
@@ -49,12 +50,15 @@ from psrnn.studies.relreg.captions import FIGURE_TITLES
 from psrnn.studies.relreg.collect import (  # noqa: F401 (re-exports: the gathered runs and their numbers)
     FIXED,
     REFERENCE_PATH,
+    REGULARIZERS,
     SEARCH,
     RelRegSuite,
     bit_counts,
     cells,
     gather,
+    no_settings,
     per_length,
+    reference_rows,
     rows,
     selection_data,
     short,
@@ -139,13 +143,17 @@ def table45(s: Suite, table: str = SEARCH) -> Table:
         "table4.5" if table == SEARCH else "table4.5-thesis",
         f"Test accuracy (%) per number of bits of the Binary Counter (thesis Table 4.5), {what}. Thesis: as "
         'printed, its sequence-level ("best sentence") accuracy. Ours, sequence: the same metric, the '
-        "fraction of test numbers whose k output bits are all right (exact match), mean [95% percentile "
-        f"bootstrap interval] over seeds; seeds at >= {V.SUCCESS_PCT:g} %: k/n [exact 95% interval of the "
+        "fraction of test numbers whose k output bits are all right (exact match), mean [95% interval of the "
+        "mean that sees the failing seeds] over seeds; seeds at >= "
+        f"{V.SUCCESS_PCT:g} %: k/n [exact 95% interval of the "
         "share, %]. Verdict: reproduced when our whole interval lies within the margin of the thesis' value "
-        f"(max({V.MARGIN_PP:g} pp, one test number)), not reproduced when it lies wholly beyond it, else "
+        "(the spread between the thesis' equivalent rows, "
+        f"{V.equivalent_spread(s.reference):.2f} pp, or half "
+        "the row's printed step where more), not reproduced when it lies wholly beyond it, else "
         f"inconclusive; fewer than {V.MIN_SEEDS} seeds give none "
         "(psrnn.studies.relreg.verdicts). Cause: why a cell "
-        "is not reproduced (REPORT.md). Ours, bit: fraction of output bits right, a diagnostic only. "
+        "is not reproduced, from runs; unexplained where none tests one (REPORT.md). "
+        "Ours, bit: fraction of output bits right, a diagnostic only. "
         + how
         + (unregularized_caption(s, table_exps) if table == SEARCH else "")
         + model_caption(s, table_exps),
@@ -180,27 +188,25 @@ def fixed_caption(s: Suite, exps: list[str]) -> str:
 
 def thesis_differences(s: Suite, exp: str) -> list[str]:
     """Where an experiment's settings differ from the thesis' bolded ones for its model
-    ('key ours vs thesis'); the proto rows' plain L2 reads Table 4.4's lambda (the
-    l2_cell reading), the regularisers a row is not about stay 0."""
+    ('key ours vs thesis'). Every regulariser counts (REGULARIZERS): one the bold set holds must
+    be there at its value, one it does not hold must be 0, so a row that drops or adds one
+    differs. A row the thesis gives no settings for (reference `no_settings`) differs as a whole."""
     st = s.settings.get(exp, {})
     model = st.get("model")
+    if no_settings(s, reference_rows(s.reference).get(s.ref_of(exp) or "")):
+        return ["the thesis gives no settings for this row"]
     table = next((g for g in s.reference.get("grids", []) if g["model"] == model), None)
     if table is None:
         return ["no thesis grid for this model"]
-    bold: dict[str, Any] = {}
+    bold: dict[str, Any] = {k: 0.0 for k in REGULARIZERS}
     for row in table.get("bold", []):
         values = row["value"] if len(row["keys"]) > 1 else [row["value"]]
         bold.update(dict(zip(row["keys"], values, strict=True)))
-    if model == "proto":
-        lam = bold.pop("l2_cell", 0.0)
-        lam_nc, eps = bold.pop("l2_noncell", 0.0), bold.pop("noise", 0.0)
-        if float(st.get("l2", 0.0)):  # the plain-L2 row
-            bold["l2"] = lam
-        if float(st.get("l2_cell", 0.0)) or float(st.get("l2_noncell", 0.0)):
-            bold.update(l2_cell=lam, l2_noncell=lam_nc)
-        if float(st.get("noise", 0.0)):
-            bold["noise"] = eps
-    return [f"{k} {st.get(k)} vs {v}" for k, v in bold.items() if st.get(k) != v]
+    return [
+        f"{k} {st.get(k)} vs {v}"
+        for k, v in bold.items()
+        if (float(st.get(k) or 0.0) != float(v) if k in REGULARIZERS else st.get(k) != v)
+    ]
 
 
 def selection_caption(s: Suite, exps: list[str]) -> str:

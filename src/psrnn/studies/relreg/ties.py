@@ -30,13 +30,13 @@ from psrnn.studies.relreg.collect import (
     RelRegSuite,
     grid_keys,
     joined,
+    margin_of,
     on_training,
     paper_value,
     reference_rows,
     rows,
     seed_values,
     seq_at,
-    test_count,
     tied_points,
 )
 from psrnn.studies.relreg.compare import LENGTH
@@ -76,7 +76,7 @@ def ties(s: RelRegSuite, exp: str, bits: int = LENGTH) -> Ties:
         experiment=exp,
         bits=bits,
         thesis=paper_value(reference_rows(s.reference).get(s.ref_of(exp) or ""), bits),
-        margin=V.margin(test_count(s, exp, bits)),
+        margin=margin_of(s, reference_rows(s.reference).get(s.ref_of(exp) or "")),
         points=len(found),
         tied=[v for v in (seq_at(m, bits) for _, m in tied) if v is not None],
         unregularized=off,

@@ -27,7 +27,6 @@ from psrnn.studies.relreg.collect import (
     rows,
     seed_values,
     short,
-    test_count,
     unregularized_caption,
 )
 from psrnn.studies.relreg.ties import selection_lines
@@ -123,11 +122,51 @@ def table_section(s: RelRegSuite, table: str, t: Table) -> list[str]:
     return [f"## {TABLE_TITLES[table]}", "", to_markdown(t, s)]
 
 
-def tally(s: RelRegSuite, table: str) -> tuple[Counter[str], Counter[str], int]:
-    """(verdicts, causes, cells compared) of one Table 4.5's cells with a thesis value."""
+def tally(s: RelRegSuite, table: str) -> tuple[Counter[str], dict[str, Counter[str]], int]:
+    """(verdicts, causes per verdict kind, cells compared) of one Table 4.5's cells with a
+    thesis value and an experiment."""
     recs = [r for r in cells(s, table=table) if r["paper"] is not None and r["experiment"]]
     verdicts = Counter(short(r["verdict"]) if r["seq"].n else "no finished run" for r in recs)
-    return verdicts, Counter(r["cause"] for r in recs if r["cause"]), len(recs)
+    causes: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in recs:
+        if r["cause"]:
+            causes[short(r["verdict"])][r["cause"]] += 1
+    return verdicts, causes, len(recs)
+
+
+def tally_at(s: RelRegSuite, table: str, m: float | None) -> Counter[str]:
+    """One Table 4.5's verdicts with every row's margin set to `m` pp (None: each row's own,
+    psrnn.studies.relreg.verdicts.thesis_margin)."""
+    recs = [r for r in cells(s, table=table) if r["paper"] is not None and r["experiment"] and r["seq"].n]
+    return Counter(
+        short(V.verdict(r["paper"], r["seq"], r["margin"] if m is None else m, s.paper_scale)) for r in recs
+    )
+
+
+def sensitivity_lines(s: RelRegSuite) -> list[str]:
+    """REPORT.md's table: each Table 4.5's verdict tally at the margins V.SENSITIVITY_PP beside
+    the chosen ones ([] for a small config)."""
+    tables = [t for t in (FIXED, SEARCH) if [e for _, e in rows(s, table=t) if e]]
+    if not s.paper_scale or not tables:
+        return []
+    kinds = ("reproduced", "inconclusive", "not reproduced, ours higher", "not reproduced, ours lower")
+    lines = [
+        "**The margin's weight.** Each Table 4.5's verdicts (reproduced / inconclusive / ours higher / "
+        "ours lower) with every row's margin set to the value in the column, beside the chosen margins "
+        f"(the thesis' spread between its equivalent rows, {V.equivalent_spread(s.reference):.2f} pp, or "
+        "half a row's printed step where more: psrnn.studies.relreg.verdicts.thesis_margin).",
+        "",
+        "| Table | Chosen | " + " | ".join(f"{m:g} pp" for m in V.SENSITIVITY_PP) + " |",
+        "|---|---|" + "---|" * len(V.SENSITIVITY_PP),
+    ]
+    for t in tables:
+        counts = [tally_at(s, t, None), *(tally_at(s, t, m) for m in V.SENSITIVITY_PP)]
+        lines.append(
+            f"| {TABLE_TITLES[t]} | "
+            + " | ".join(" / ".join(str(c[k]) for k in kinds) for c in counts)
+            + " |"
+        )
+    return lines
 
 
 def summary_lines(s: RelRegSuite) -> list[str]:
@@ -138,25 +177,32 @@ def summary_lines(s: RelRegSuite) -> list[str]:
         if not [e for _, e in rows(s, table=table) if e]:
             continue
         verdicts, causes, n = tally(s, table)
-        counts = ", ".join(f"{c} {k}" for k, c in sorted(verdicts.items(), key=lambda kv: -kv[1]))
-        why = "; ".join(f"{k}: {c}" for k, c in sorted(causes.items(), key=lambda kv: -kv[1]))
+        counts = ", ".join(f"{c} {k}" for k, c in sorted(verdicts.items(), key=lambda kv: (-kv[1], kv[0])))
+        why = " ".join(
+            f"Causes of the {sum(causes[kind].values())} {kind}: "
+            + "; ".join(f"{k}: {c}" for k, c in sorted(causes[kind].items(), key=lambda kv: (-kv[1], kv[0])))
+            + "."
+            for kind in VERDICT_ORDER
+            if causes.get(kind)
+        )
         decisive = sum(c for k, c in verdicts.items() if V.decisive(k))
         lines.append(
             f"- **{TABLE_TITLES[table]}** ({n} cells with a thesis value): {counts or 'none'}; "
-            f"{decisive} of {n} decisive." + (f" Causes of the cells not reproduced: {why}." if why else "")
+            f"{decisive} of {n} decisive." + (f" {why}" if why else "")
         )
-    return lines + ["", *claim_lines(s)]
+    return lines + ["", *sensitivity_lines(s), "", *claim_lines(s)]
 
 
 def claim_lines(s: RelRegSuite) -> list[str]:
     """What the numbers say about the thesis' claim at its longest length: which rows
     extrapolate (seeds at >= 99 %), and whether the thesis' order of the rows is resolved
-    (each adjacent pair: the thesis' gap against our difference of means, bootstrap)."""
+    (each adjacent pair: the thesis' gap against our difference of means, its 95 % interval)."""
     table = FIXED if [e for _, e in rows(s, table=FIXED) if e] else SEARCH
     common = [k for k in bit_counts(s) if any(k in r["acc"] for r in s.reference["table45"])]
     present = [
         (ref, e) for ref, e in rows(s, table=table) if e and ref and len(s.runs.get(e, [])) >= V.MIN_SEEDS
     ]
+    present = [(ref, e) for i, (ref, e) in enumerate(present) if ref not in [r for r, _ in present[:i]]]
     if not common or not present or not s.paper_scale:
         return []
     k = max(common)
@@ -165,13 +211,12 @@ def claim_lines(s: RelRegSuite) -> list[str]:
         ((100 * float(ref["acc"][k]), ref, e) for ref, e in present if k in ref["acc"]),
         key=lambda x: -x[0],
     )
-    count = test_count(s, ordered[0][2], k) if ordered else None
-    m = V.margin(count)
+    m = V.equivalent_spread(s.reference)
     pairs = []
     readings: Counter[str] = Counter()
     equal_gaps: list[str] = []
     for (pa, ra, ea), (pb, rb, eb) in zip(ordered, ordered[1:], strict=False):
-        d = V.bootstrap_difference(seed_values(s, ea, k), seed_values(s, eb, k))
+        d = V.difference(seed_values(s, ea, k), seed_values(s, eb, k))
         reading = V.difference_reading(d, m)
         readings[reading] += 1
         if reading == "equal within the margin":
@@ -189,7 +234,7 @@ def claim_lines(s: RelRegSuite) -> list[str]:
     return [
         f"**The claim at {k} bits ({where}).** Seeds that extrapolate (at >= {V.SUCCESS_PCT:g} %): "
         f"{extrapolate}. The thesis orders the rows by their values; each adjacent pair, the thesis' gap "
-        f"against our difference of means [95% bootstrap interval] and the margin of {m:.2f} pp: "
+        f"against our difference of means [95% interval] and the margin of {m:.2f} pp: "
         f"{'; '.join(pairs)}. Of {len(pairs)} adjacent gaps: {readings['resolved, first higher']} resolved "
         f"in the thesis' order, {readings['resolved, second higher']} in the other, "
         f"{readings['equal within the margin']} equal within the margin"
@@ -237,11 +282,11 @@ def why_lines(s: RelRegSuite) -> list[str]:
         e, k, x = spread
         per_seed = ", ".join(fmt.num(100 * r.metrics["test"][str(k)]["seq_acc"], 1) for r in s.runs[e])
         lines.append(
-            f"- **Seeds.** Extrapolating from 3-bit numbers is all or nothing per seed: a run either "
-            f"keeps the carry rule at every length or drifts. The widest spread is {e} at {k} bits "
+            f"- **Seeds.** Most runs score 100 % at a length or well below it; the RMC's also land in "
+            f"between. The widest spread is {e} at {k} bits "
             f"(per seed: {per_seed} %); the thesis reports one number per cell, without seeds. Hence "
-            f"{x.n} seeds per row, a bootstrap interval and the count of seeds at >= {V.SUCCESS_PCT:g} % "
-            "(psrnn.studies.relreg.verdicts)."
+            f"{x.n} seeds per row, an interval that sees the failing seeds and the count of seeds at >= "
+            f"{V.SUCCESS_PCT:g} % (psrnn.studies.relreg.verdicts)."
         )
     if off := unregularized_caption(s, [e for _, e in rows(s) if e]):
         lines.append(f"- **Regularisers.** {off.strip()}")
