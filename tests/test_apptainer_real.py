@@ -199,3 +199,38 @@ def test_an_image_of_another_environment_stops_snakemake_before_any_job(image, h
     assert "containers/psrnn-cpu.sif holds another Python environment (io.psrnn.env " in line
     after = sorted(p for p in clone.rglob("*") if ".git" not in p.parts and ".snakemake" not in p.parts)
     assert after == [p for p in before if ".snakemake" not in p.parts]  # nothing written
+
+
+def test_a_job_failing_in_the_image_says_why_in_one_line_and_leaves_no_output(image, host_env, tmp_path):
+    """The download job, in the image, finds archives whose md5 is not the config's: its log
+    ends with psrnn's one-line error and download.json (the job's output) is not written."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (clone / "containers" / "psrnn-cpu.sif").symlink_to(image)
+    bad = {
+        "extends": "small.yaml",
+        "name": "badmd5",
+        "fixtures": "data/badmd5/fixtures",
+        "datasets": {
+            "mnist": {
+                "source": {
+                    "mirrors": ["data/badmd5/fixtures/mnist"],
+                    "md5": {"train-images-idx3-ubyte.gz": "0" * 32},
+                }
+            }
+        },
+    }
+    (clone / "config" / "badmd5.yaml").write_text(json.dumps(bad))
+    env = {**ENV, "PYTHONPATH": str(clone / "src"), "PATH": f"{host_env / 'bin'}:{os.environ['PATH']}"}
+    target = "data/badmd5/raw/mnist/download.json"
+    res = subprocess.run(
+        [str(host_env / "bin" / "snakemake"), *SNAKEMAKE_ARGS[:3], "--configfile", "config/badmd5.yaml", target],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    log = res.stdout + res.stderr
+    assert res.returncode != 0 and "Activating singularity image containers/psrnn-cpu.sif" in log
+    job_log = (
+        (clone / "results" / "badmd5" / "logs" / "download" / "mnist.log").read_text().strip().splitlines()
+    )
+    assert job_log[-1].startswith("psrnn download: error: ") and "md5" in job_log[-1], job_log[-3:]
+    assert not (clone / target).exists()
