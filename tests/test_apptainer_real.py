@@ -220,16 +220,17 @@ def test_a_job_failing_in_the_image_says_why_in_one_line_and_leaves_no_output(im
             }
         },
     }
-    (clone / "config" / "badmd5.yaml").write_text(json.dumps(bad))
+    bad_config = "config/badmd5.yaml"
+    (clone / bad_config).write_text(json.dumps(bad))
     env = {**ENV, "PYTHONPATH": str(clone / "src"), "PATH": f"{host_env / 'bin'}:{os.environ['PATH']}"}
     target = "data/badmd5/raw/mnist/download.json"
     res = subprocess.run(
-        [str(host_env / "bin" / "snakemake"), *SNAKEMAKE_ARGS[:3], "--configfile", "config/badmd5.yaml",
-         target],
+        # the target first: --configfile takes every word after it
+        [str(host_env / "bin" / "snakemake"), target, *SNAKEMAKE_ARGS[:3], "--configfile", bad_config],
         cwd=clone, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     log = res.stdout + res.stderr
     assert res.returncode != 0 and "Activating singularity image containers/psrnn-cpu.sif" in log
     job_log = (clone / "results" / "badmd5" / "logs" / "download" / "mnist.log").read_text().splitlines()
     assert job_log[-1].startswith("psrnn download: error: ") and "md5" in job_log[-1], job_log[-3:]
-    assert not (clone / target).exists()
+    assert not (clone / target).exists() and not (clone / target).parent.exists()  # nothing half-written
