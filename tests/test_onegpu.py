@@ -202,3 +202,61 @@ def test_a_config_that_cannot_fit_one_command_is_planned_as_several(capsys):
     ten = str(CONFIG)
     assert main(["gpu-run", "--config", ten, "--plan-only", "--gpu-gb", str(H100_GIB), "--minutes", "9"]) == 0
     assert "whole: expected 7.3 min of training: one command of 9 min" in capsys.readouterr().out
+
+
+def test_the_fmnist_config_runs_in_two_time_limited_calls_at_toy_scale(tmp_path):
+    """config/quick-fmnist.yaml on synthetic images, 1 epoch: a first call cut at its time limit
+    exits 3 and names what is left; the same command again finishes the search, selects,
+    reuses and compiles (the split a lent GPU's 10-minute commands make)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from psrnn.studies.private_shared.data.fixtures import write_fixtures
+
+    fixtures = tmp_path / "fixtures"
+    write_fixtures(fixtures, ("fmnist",))
+    prepare = {"downsample": 10, "valid_size": 40, "train": 80, "valid": 40, "test": 40}
+    config = C.ROOT / "config" / "quick-fmnist.yaml"
+    source = {
+        "mirrors": [str(fixtures / "fmnist")],
+        "md5": str(fixtures / "fmnist" / "MD5SUMS"),
+        "official": False,
+    }
+    toy = {
+        "extends": str(config),
+        "name": "toyfm",
+        "fixtures": str(fixtures),
+        # 10 x 10 = 100 steps: room for the rows' windows (up to 32 each side) and 20 anchors
+        "datasets": {"fmnist": {"source": source, "prepare": prepare}},
+        "defaults": {"batch_size": 20, "max_epochs": 1},
+    }  # fmt: skip
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(toy, sort_keys=False))
+    cmd = [
+        sys.executable,
+        "-m",
+        "psrnn",
+        "gpu-run",
+        "--config",
+        str(path),
+        "--gpu-gb",
+        str(H100_GIB),
+        "--mps",
+        "off",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(C.ROOT / "src")}
+    first = subprocess.run([*cmd, "--minutes", "0.15"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
+    assert first.stdout.splitlines()[0].startswith("search: 16 run(s), at most ")
+    assert "gpu-run: out of time: " in first.stdout and "run the same command again" in first.stdout
+    root = tmp_path / "results" / "toyfm"
+    done_first = len(list(root.glob("search/*/*/metrics.json")))
+    assert done_first < 16
+    second = subprocess.run([*cmd, "--minutes", "30"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert second.stdout.count("finished before, skipped") == done_first
+    assert len(list(root.glob("search/*/*/metrics.json"))) == 16
+    assert len(list(root.glob("runs/*/seed0/metrics.json"))) == 4 and (root / "REPORT.md").exists()
