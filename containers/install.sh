@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The psrnn image recipe: turn a base OS into the psrnn image. containers/Dockerfile,
-# containers/psrnn.def, containers/psrnn-debian.def and containers/test-rootfs.sh all run
+# containers/psrnn.def and containers/psrnn-debian.def all run
 # this script, as root, inside the image being built, from a copy of the repository's
 # pyproject.toml, uv.lock, README.md, src/, config/ and containers/ at /opt/psrnn:
 #
@@ -16,7 +16,7 @@
 #   TORCH         lock (uv.lock's PyPI torch, CUDA 13.0 wheels) | cpu | cu126 | cu128.
 #   UV_VERSION    the uv to use: an existing `uv` must be this version; without one it is
 #                 installed from PyPI with the OS's pip (PSRNN_PYTHON=system only).
-#   UV_CACHE_DIR  a uv cache to reuse (containers/test-rootfs.sh binds the host's); unset,
+#   UV_CACHE_DIR  a uv cache to reuse (tests/test_apptainer_real.py binds the host's); unset,
 #                 nothing is cached in the image.
 # Extra arguments go to `uv sync`. The virtual environment is /opt/psrnn/.venv: exactly
 # uv.lock (--frozen) without the dev and workflow groups (test tools and the workflow
