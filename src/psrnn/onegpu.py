@@ -261,10 +261,11 @@ def start(job: Job, config: str, threads: int) -> subprocess.Popen[bytes]:
         "--threads",
         str(threads),
     )
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     with job.log.open("a") as log:  # appended: a second call keeps the first's lines
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {' '.join(cmd[1:])}\n")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    return subprocess.Popen(cmd, stdout=job.log.open("a"), stderr=subprocess.STDOUT, env=env)
+        log.flush()
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def last_line(path: Path) -> str:
@@ -289,7 +290,8 @@ def execute(
     to the queue once, to start when its reserve fits again after some run has ended.
     Returns the names of the runs that did not finish. At `deadline` (time.monotonic())
     the running ones are stopped (SIGTERM: each keeps its last finished epoch's
-    checkpoint) and OutOfTime says what is left."""
+    checkpoint) and OutOfTime says what is left; Ctrl-C or a scheduler's SIGTERM stops
+    them too, so no run is left behind."""
     limit, todo = cap * gpu_gb, [j for j in jobs if not (j.out / "metrics.json").exists()]
     for j in jobs:
         if j not in todo:
@@ -297,67 +299,53 @@ def execute(
     retried: dict[str, int] = {}  # a run that ran out of memory -> runs ended when it did
     failed: list[str] = []
     running: dict[str, tuple[Job, subprocess.Popen[bytes]]] = {}
-    try:
-        return schedule(todo, running, retried, failed, limit, m, config, threads, deadline)
-    except KeyboardInterrupt:  # Ctrl-C or a scheduler's SIGTERM: no run is left behind
-        stop(running)
-        raise
-
-
-def schedule(
-    todo: list[Job],
-    running: dict[str, tuple[Job, subprocess.Popen[bytes]]],
-    retried: dict[str, int],
-    failed: list[str],
-    limit: float,
-    m: Measured,
-    config: str,
-    threads: int,
-    deadline: float | None,
-) -> list[str]:
     ended = 0
-    while todo or running:
-        used = sum(j.reserve_gb(m.overhead_gb) for j, _ in running.values())
-        for job in list(todo):
-            if job.name in retried and ended == retried[job.name] and running:
-                continue  # wait until another run has freed its memory
-            if used + job.reserve_gb(m.overhead_gb) > limit:
-                break  # keep the order: slowest first
-            todo.remove(job)
-            running[job.name] = (job, start(job, config, threads))
-            used += job.reserve_gb(m.overhead_gb)
-            print(f"{job.name}: started ({len(running)} running, {used:.1f} GiB reserved)", flush=True)
-        time.sleep(0.2)
-        if deadline is not None and time.monotonic() >= deadline:
-            stop(running)
-            left = sorted(running) + [j.name for j in todo]
-            raise OutOfTime(
-                f"out of time: {len(left)} run(s) not finished ({', '.join(left)}); each resumes from its "
-                "last epoch: run the same command again"
-            )
-        for name, (job, proc) in list(running.items()):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            del running[name]
-            ended += 1
-            tail = last_line(job.log)
-            if rc == 0:
-                print(f"{name}: {tail}", flush=True)
-            elif OOM_TEXT in tail.lower() and name not in retried:
-                retried[name] = ended
-                todo.insert(0, job)
-                print(
-                    f"{name}: out of GPU memory; started again once another run has ended ({tail[:160]})",
-                    flush=True,
+    try:
+        while todo or running:
+            used = sum(j.reserve_gb(m.overhead_gb) for j, _ in running.values())
+            for job in list(todo):
+                if job.name in retried and ended == retried[job.name] and running:
+                    continue  # wait until another run has freed its memory
+                if used + job.reserve_gb(m.overhead_gb) > limit:
+                    break  # keep the order: slowest first
+                todo.remove(job)
+                running[job.name] = (job, start(job, config, threads))
+                used += job.reserve_gb(m.overhead_gb)
+                print(f"{job.name}: started ({len(running)} running, {used:.1f} GiB reserved)", flush=True)
+            time.sleep(0.2)
+            if deadline is not None and time.monotonic() >= deadline:
+                stop(running, "at the time limit")
+                left = sorted(running) + [j.name for j in todo]
+                raise OutOfTime(
+                    f"out of time: {len(left)} run(s) not finished ({', '.join(left)}); each resumes from "
+                    "its last epoch: run the same command again"
                 )
-            else:
-                failed.append(name)
-                print(f"{name}: failed (rc {rc}): {tail[:300]}", flush=True)
+            for name, (job, proc) in list(running.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                del running[name]
+                ended += 1
+                tail = last_line(job.log)
+                if rc == 0:
+                    print(f"{name}: {tail}", flush=True)
+                elif OOM_TEXT in tail.lower() and name not in retried:
+                    retried[name] = ended
+                    todo.insert(0, job)
+                    print(
+                        f"{name}: out of GPU memory; started again once another run has ended ({tail[:160]})",
+                        flush=True,
+                    )
+                else:
+                    failed.append(name)
+                    print(f"{name}: failed (rc {rc}): {tail[:300]}", flush=True)
+    except KeyboardInterrupt:
+        stop(running, "on interrupt")
+        raise
     return failed
 
 
-def stop(running: dict[str, tuple[Job, subprocess.Popen[bytes]]]) -> None:
+def stop(running: dict[str, tuple[Job, subprocess.Popen[bytes]]], why: str) -> None:
     for _, proc in running.values():
         proc.terminate()
     for name, (_, proc) in running.items():
@@ -366,7 +354,7 @@ def stop(running: dict[str, tuple[Job, subprocess.Popen[bytes]]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        print(f"{name}: stopped at the time limit (resumes from its last epoch)", flush=True)
+        print(f"{name}: stopped {why} (resumes from its last epoch)", flush=True)
 
 
 def start_mps(mode: str) -> bool:
