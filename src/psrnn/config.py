@@ -84,16 +84,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
                 f"{source}: experiments.{name}.dataset: {exp['dataset']!r} is not listed under datasets"
             )
         for point in grid_points(exp):
-            values = {
-                k: v
-                for k, v in {
-                    **cfg.get("defaults", {}),
-                    **dataset_settings(cfg, exp["dataset"]),
-                    **exp,
-                    **point[1],
-                }.items()
-                if k not in EXPERIMENT_META
-            }
+            values = layered(cfg, exp, point[1])
             try:
                 run = coerce_run(values, study)
             except (ConfigError, TypeError) as err:
@@ -126,11 +117,28 @@ def check_per_dataset(cfg: dict[str, Any], spec: registry.Study, source: str) ->
                 )
 
 
+def dataset_choices(cfg: dict[str, Any], dataset: str) -> dict[str, tuple[Any, str]]:
+    """`datasets.<dataset>.settings`: run setting -> (value, its evidence on one line)."""
+    chosen = (cfg.get("datasets", {}).get(dataset) or {}).get("settings") or {}
+    return {key: (entry["value"], " ".join(entry["evidence"].split())) for key, entry in chosen.items()}
+
+
 def dataset_settings(cfg: dict[str, Any], dataset: str) -> dict[str, Any]:
     """`datasets.<dataset>.settings` as run settings (their values; the evidence is for
     people: `python -m psrnn config`, REPORT)."""
-    chosen = (cfg.get("datasets", {}).get(dataset) or {}).get("settings") or {}
-    return {key: entry["value"] for key, entry in chosen.items()}
+    return {key: value for key, (value, _) in dataset_choices(cfg, dataset).items()}
+
+
+def layered(cfg: dict[str, Any], exp: dict[str, Any], *more: dict[str, Any] | None) -> dict[str, Any]:
+    """An experiment's run settings, lowest first: `defaults`, its dataset's `settings`, the
+    experiment's own keys (EXPERIMENT_META aside), then each of `more` (a grid point, a
+    selection, the command line's --set)."""
+    values: dict[str, Any] = dict(cfg.get("defaults", {}))
+    values.update(dataset_settings(cfg, exp["dataset"]))
+    values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
+    for extra in more:
+        values.update(extra or {})
+    return values
 
 
 def suite_schema(study: str = registry.DEFAULT) -> dict[str, Any]:
@@ -272,9 +280,7 @@ def resolve_run(
             f"unknown experiment {experiment!r}; known: {', '.join(sorted(cfg['experiments']))}"
         )
     exp = cfg["experiments"][experiment]
-    values: dict[str, Any] = dict(cfg.get("defaults", {}))
-    values.update(dataset_settings(cfg, exp["dataset"]))
-    values.update({k: v for k, v in exp.items() if k not in EXPERIMENT_META})
+    chosen = None
     if point is not None:
         chosen = point_overrides(exp, point)
         if chosen is None:
@@ -282,9 +288,7 @@ def resolve_run(
             raise ConfigError(
                 f"experiments.{experiment}: unknown grid point {point!r}; known: {', '.join(known)}"
             )
-        values.update(chosen)
-    values.update(selected or {})
-    values.update(overrides or {})
+    values = layered(cfg, exp, chosen, selected, overrides)
     values["seed"] = seed
     study = registry.study_of(cfg)
     if study.data_jobs:

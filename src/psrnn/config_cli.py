@@ -61,11 +61,11 @@ def chosen_settings(cfg: dict, dataset: str) -> dict:
     """The study's per-dataset settings (registry.Study.per_dataset) of one dataset: each
     with its value and evidence, or, where the config chose none, the value it falls back to."""
     study = registry.study_of(cfg)
-    chosen = cfg["datasets"][dataset].get("settings") or {}
+    chosen = C.dataset_choices(cfg, dataset)
     out = {}
     for key in dict.fromkeys((*study.per_dataset, *chosen)):
         if key in chosen:
-            out[key] = {"value": chosen[key]["value"], "evidence": " ".join(chosen[key]["evidence"].split())}
+            out[key] = {"value": chosen[key][0], "evidence": chosen[key][1]}
         else:
             default = cfg.get("defaults", {}).get(key, getattr(study.settings()(), key))
             out[key] = {

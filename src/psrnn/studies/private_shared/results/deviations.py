@@ -149,11 +149,11 @@ def init_text(s: Suite, exp: str, st: dict) -> str:
     """The initialisation a run used and the evidence its config gives for the dataset's
     choice (datasets.<ds>.settings.init), or where it came from when there is none."""
     init = st.get("init", "torch")
-    chosen = ((s.cfg["datasets"].get(st.get("dataset"), {}).get("settings")) or {}).get("init")
-    if "init" in s.cfg["experiments"][exp] or chosen is None or chosen["value"] != init:
+    chosen = C.dataset_choices(s.cfg, st.get("dataset", "")).get("init")
+    if "init" in s.cfg["experiments"][exp] or chosen is None or chosen[0] != init:
         why = "set by the experiment, the command line or the run settings' default"
     else:
-        why = " ".join(chosen["evidence"].split())
+        why = chosen[1]
     return f"{init} ({INIT_TEXT.get(init, init)}): {why}"
 
 
