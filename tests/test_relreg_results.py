@@ -1031,3 +1031,68 @@ def test_the_committed_lambda_sweep_at_1e_3_is_the_old_thesis_row_and_weaker_lam
     committed = (C.results_root(full.cfg) / "REPORT.md").read_text()
     assert "**The λ sweep at the thesis' settings.**" in committed
     assert "| Table | Chosen | 0.25 pp | 0.5 pp | 1 pp | 1.5 pp |" in committed
+
+
+# --- a tie set drawn more often than it has points -------------------------------------------------
+
+
+def test_equal_draws_counts_each_drawn_point_as_often_as_the_least_drawn_one():
+    """18 tied points, 20 seeds: the two points drawn twice keep their first seed only; 4 points,
+    20 seeds (5 each) and one point drawn by every seed (no tie) count every run; no draws, None."""
+    from psrnn.studies.relreg.collect import equal_draws
+
+    def sel(points: list[str]) -> dict:
+        return {
+            "draws": [{"seed": s, "point": p} for s, p in zip(range(1, len(points) + 1), points, strict=True)]
+        }
+
+    eighteen = [f"p{i % 18}" for i in range(20)]  # seeds 19 and 20 draw p0 and p1 again
+    assert equal_draws(sel(eighteen)) == set(range(1, 19))
+    assert equal_draws(sel([f"p{i % 4}" for i in range(20)])) is None
+    assert equal_draws(sel(["only"] * 20)) is None
+    assert equal_draws({"point": "a"}) is None
+    # 3 points, 7 seeds (3, 2, 2 draws): two of each count, p0's third draw (seed 7) does not
+    assert equal_draws(sel([f"p{i % 3}" for i in range(7)])) == {1, 2, 3, 4, 5, 6}
+
+
+def test_a_point_drawn_again_is_left_out_of_every_number_and_reported(tmp_path, monkeypatch):
+    """lstm_l2's three seeds draw a tie set of two points as A, B, A: seed 2 trains A again.
+    Table 4.5 counts seeds 0 and 1 (n = 2), their mean, not the three runs'; REPORT.md says
+    which run is left out and what it would have moved; provenance still counts it finished."""
+    from psrnn.engine.selection import select
+
+    monkeypatch.chdir(tmp_path)
+    cfg = suite_config(("lstm_l2",)) | {"seeds": [0, 1, 2], "ties": "draw"}
+    points = C.grid_points(cfg["experiments"]["lstm_l2"])
+    metrics = {pid: {"best_valid_acc": 1.0, "valid_main_loss": 0.1} for pid, _ in points}
+    sel = select("lstm_l2", points, metrics, ties="draw", seeds=[0, 1, 2])
+    assert [d["point"] for d in sel["draws"]][0] == sel["draws"][2]["point"] != sel["draws"][1]["point"]
+    root = C.results_root(cfg)
+    (root / "search" / "lstm_l2").mkdir(parents=True)
+    (root / C.selection_path(cfg, "lstm_l2").relative_to(root)).write_text(json.dumps(sel))
+    seq = {0: 1.0, 1: 0.5, 2: 0.0}  # the repeat (seed 2) would pull the mean from 75 to 50 %
+    for seed, acc in seq.items():
+        write_run(
+            tmp_path / C.run_dir(cfg, "lstm_l2", seed),
+            cfg,
+            "lstm_l2",
+            seed,
+            dict.fromkeys(BITS, acc),
+            sel["draws"][seed]["point"],
+        )
+    for pid, _ in points:
+        write_run(
+            tmp_path / C.search_dir(cfg, "lstm_l2", pid), cfg, "lstm_l2", 0, dict.fromkeys(BITS, 0.9), pid
+        )
+    R.compile(cfg, root, R.REFERENCE_PATH)
+    rows = {(r["experiment"], int(r["bits"])): r for r in csv_rows(root / "tables" / "table45.csv")}
+    assert rows[("lstm_l2", 14)]["n"] == "2"
+    assert float(rows[("lstm_l2", 14)]["seq_acc_mean"]) == pytest.approx(75.0)
+    text = (root / "REPORT.md").read_text()
+    assert "- Final runs: 3 of 3 finished (1 not counted: drawn points count alike)" in text
+    assert "tie set of 2; 2 drawn; seed 2 not counted |" in text
+    repeat = sel["draws"][2]["point"]
+    assert (
+        f"- lstm_l2: seed 2 (`{repeat}`); at 14 bits the row is 75.00 % over its 2 counted runs, 50.00 %"
+        in text
+    )

@@ -37,6 +37,8 @@ class RelRegSuite(Suite):
 
     points: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)  # exp -> grid order
     selected: dict[str, str] = field(default_factory=dict)  # exp -> point of search/<exp>/selected.json
+    # exp -> the final runs left out of every number by equal_draws (a tied point drawn again)
+    surplus: dict[str, list[Any]] = field(default_factory=dict)
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -69,10 +71,36 @@ def _under(results_dir: Path, path: Path, cfg: dict[str, Any]) -> Path:
     return results_dir / path.relative_to(C.results_root(cfg))
 
 
+def equal_draws(sel: dict[str, Any]) -> set[int] | None:
+    """The final seeds whose runs a `ties: draw` selection's numbers count, so that every drawn
+    point counts equally often: as often as the least-drawn one, by its first seeds in draw
+    (seed) order. None where every final run counts (no draw, or every point drawn equally often).
+
+    Final run i trains the tie set's (i mod T)-th point, so with T tied points and n seeds,
+    n mod T points train once more than the rest (18 points, 20 seeds: two train twice), and a
+    mean over all runs weights those points double. Counting the first ⌊n / T⌋·T runs (all n
+    where T >= n) weights every tied point alike; the runs left out are REPORT's to show."""
+    draws = sel.get("draws") or []
+    by_point: dict[str, list[int]] = {}
+    for d in draws:
+        by_point.setdefault(str(d["point"]), []).append(int(d["seed"]))
+    counts = {len(v) for v in by_point.values()}
+    if len(counts) < 2:
+        return None
+    least = min(counts)
+    return {seed for seeds in by_point.values() for seed in seeds[:least]}
+
+
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) -> RelRegSuite:
     check_refs(cfg, reference)
     selections = load_selections(cfg, results_dir)
     runs = load_runs(cfg, results_dir, selections)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
+    surplus: dict[str, list[Any]] = {}
+    for exp, sel in selections.items():
+        keep = equal_draws(sel)
+        if keep is not None and exp in runs:
+            surplus[exp] = [r for r in runs[exp] if r.seed not in keep]
+            runs[exp] = [r for r in runs[exp] if r.seed in keep]
     points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for exp in C.enabled_experiments(cfg):
         found = []
@@ -92,6 +120,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
         selected={exp: str(sel.get("point")) for exp, sel in selections.items()},
         selections=selections,
         notes=load_notes(results_dir),
+        surplus={e: rs for e, rs in surplus.items() if rs},
     )
 
 

@@ -137,11 +137,11 @@ def unfit_lines(s: RelRegSuite) -> list[str]:
                 per.append(
                     f"{k} bits (thesis {paper:.2f}): {with_all}; without, {with_ci(V.interval(xs))} {without}"
                 )
-            n = len(s.runs[e])
+            n, which = len(s.runs[e]), "seed" if len(bad) == 1 else "seeds"
             out.append(
                 f"- **{e}** ({'thesis settings' if table == FIXED else 'our search'}): "
                 f"{len(bad)} of {n} seeds "
-                f"(seeds {', '.join(map(str, bad))}) never fit the 3-bit training numbers (training loss "
+                f"({which} {', '.join(map(str, bad))}) never fit the 3-bit training numbers (training loss "
                 f"never below 0.9 ln 2, chance per bit); with them and without them: " + "; ".join(per) + "."
             )
     if not out:

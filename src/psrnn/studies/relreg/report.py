@@ -34,6 +34,7 @@ from psrnn.studies.relreg.collect import (
 from psrnn.studies.relreg.compare import compare_lines
 from psrnn.studies.relreg.evidence import evidence_lines
 from psrnn.studies.relreg.robust import robust_lines
+from psrnn.studies.relreg.ties import seeds_text, surplus_lines
 from psrnn.studies.relreg.verdict_lines import (  # noqa: F401 (why_lines: REPORT.md's "Why", tests call it here)
     TABLE_TITLES,
     cause_lines,
@@ -81,6 +82,7 @@ def report_markdown(s: RelRegSuite, t: Table, tt: Table, ab: Table, outputs: lis
         "",
         *grid_lines(s),
         "",
+        *([*surplus, ""] if (surplus := surplus_lines(s)) else []),
         *compare_lines(s),
         *table_section(s, FIXED, tt),
         *table_section(s, SEARCH, t),
@@ -144,7 +146,7 @@ def figure_lines(outputs: list[str]) -> list[str]:
 
 
 def provenance(s: RelRegSuite) -> list[str]:
-    final = [r.metrics for rs in s.runs.values() for r in rs]
+    final = [r.metrics for rs in (*s.runs.values(), *s.surplus.values()) for r in rs]
     ms = final + s.search
     commits = Counter(m.get("git_commit") or "unknown" for m in ms)
     machines = Counter(
@@ -157,8 +159,13 @@ def provenance(s: RelRegSuite) -> list[str]:
         f"- Its numbers: {' '.join(s.reference.get('source', '').split())}; config/{REFERENCE_PATH.name}",
         f"- Config: `{s.name}` (paper_scale: {str(s.paper_scale).lower()}), seeds {sorted(s.cfg['seeds'])}, "
         f"experiments: {', '.join(s.experiments) or 'none'}",
-        f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished; "
-        f"search runs: {len(s.search)} of {search_points(s)} grid points",
+        f"- Final runs: {len(final)} of {len(s.experiments) * len(s.cfg['seeds'])} finished"
+        + (
+            f" ({sum(map(len, s.surplus.values()))} not counted: drawn points count alike)"
+            if s.surplus
+            else ""
+        )
+        + f"; search runs: {len(s.search)} of {search_points(s)} grid points",
         *tally_lines(commits, machines),
         run_time_line(final, s.search),
         *notes_lines(s),
@@ -217,7 +224,8 @@ def protocol(s: RelRegSuite) -> str:
         search += (
             "the points tied at the best validation sequence accuracy form the tie set, and final run i "
             "trains the tie set's i-th point in a hash order (`ties: draw`, "
-            "psrnn.engine.selection: no loss decides)"
+            "psrnn.engine.selection: no loss decides; where a point trains again, only as many runs of each "
+            "as the least-drawn point has count)"
         )
     else:
         search += (
@@ -310,7 +318,9 @@ def _chosen(s: RelRegSuite, exp: str) -> str:
         return fmt.DASH
     if sel.get("draws"):
         drawn = len({d["point"] for d in sel["draws"]})
-        return f"tie set of {len(sel.get('tied', []))}; {drawn} drawn"
+        left = s.surplus.get(exp, [])
+        out = f"tie set of {len(sel.get('tied', []))}; {drawn} drawn"
+        return out + (f"; {seeds_text(left)} not counted" if left else "")
     return f"`{sel.get('point')}`"
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from psrnn.report import fmt
 from psrnn.studies.relreg import verdicts as V
@@ -28,6 +29,7 @@ from psrnn.studies.relreg.collect import (
     REGULARIZERS,
     SEARCH,
     RelRegSuite,
+    bit_counts,
     grid_keys,
     joined,
     margin_of,
@@ -157,3 +159,49 @@ def tie_lines(s: RelRegSuite, bits: int = LENGTH) -> list[str]:
         ]
         lines.append("| " + " | ".join(fmt.md(c) for c in row) + " |")
     return lines
+
+
+def surplus_lines(s: RelRegSuite) -> list[str]:
+    """The final runs left out of every number so each drawn tied point counts alike
+    (psrnn.studies.relreg.collect.equal_draws), and what they would have moved ([] if none)."""
+    if not s.surplus:
+        return []
+    lines = [
+        "**Drawn points count alike.** Final run i trains the tie set's (i mod T)-th point, so where the "
+        "tie set has fewer points than there are seeds some points train once more than others. Every "
+        "number here counts each drawn point as often as the least-drawn one, by its first seeds; the "
+        "runs below train a point again and are left out (psrnn.studies.relreg.collect.equal_draws):",
+        "",
+    ]
+    printed = {int(b) for r in s.reference.get("table45", []) for b in r.get("acc", {})}
+    for exp, left in sorted(s.surplus.items()):
+        tested = [b for b in bit_counts(s) if all(str(b) in r.metrics.get("test", {}) for r in left)]
+        k = max([b for b in tested if b in printed] or tested, default=None)
+        moved = ""
+        if k is not None:
+            kept = seed_values(s, exp, k)
+            every = kept + V.percent_values(
+                [r.metrics.get("test", {}).get(str(k), {}).get("seq_acc") for r in left]
+            )
+            moved = (
+                f"; at {k} bits the row is {fmt.num(sum(kept) / len(kept), 2)} % over its "
+                f"{len(kept)} counted runs, {fmt.num(sum(every) / len(every), 2)} % with them"
+            )
+        lines.append(
+            f"- {exp}: {seeds_text(left)} ("
+            + ", ".join(f"`{_drawn_point(s, exp, r.seed)}`" for r in left)
+            + f"){moved}."
+        )
+    return lines
+
+
+def seeds_text(runs: list[Any]) -> str:
+    """ "seed 3" or "seeds 3 and 7" / "seeds 3, 5 and 7"."""
+    seeds = [str(r.seed) for r in runs]
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {', '.join(seeds[:-1])} and {seeds[-1]}"
+
+
+def _drawn_point(s: RelRegSuite, exp: str, seed: int) -> str:
+    return next(str(d["point"]) for d in s.selections[exp]["draws"] if d["seed"] == seed)
