@@ -622,7 +622,7 @@ def test_the_reports_caption_carries_its_verdict_counts(tmp_path, monkeypatch):
     assert committed == (
         "Table 4.5 as the thesis trained it: each row at its bolded settings: 15 inconclusive, "
         "5 not reproduced, ours higher, 5 not reproduced, ours lower; Table 4.5 as our grid search "
-        "selects it: 15 not reproduced, ours lower, 14 inconclusive, 1 not reproduced, ours higher"
+        "selects it: 16 inconclusive, 13 not reproduced, ours lower, 1 not reproduced, ours higher"
     )
     captions = W.report_captions(C.load_suite(ROOT / "config" / "relreg.yaml"))
     assert captions["REPORT"].endswith(f"its verdicts: {committed}")
@@ -644,19 +644,26 @@ def test_a_config_error_under_snakemake_is_one_line(tmp_path):
 
 def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, monkeypatch):
     """manifest.json and selected.json carry the stamps that keep finished jobs finished; a
-    cut one is named in one line (the Snakefile stops on it) instead of re-running jobs."""
+    cut one, or one without the keys its job writes (`{}` made Snakemake delete finished
+    runs: its missing stamp read as settings changed), is named in one line (the Snakefile
+    stops on it) instead of re-running jobs."""
     cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
     monkeypatch.chdir(tmp_path)
     assert W.damaged_stamped_files(cfg) == []  # nothing there yet: nothing damaged
     good, cut = Path(W.manifest(cfg, "mnist")), Path(W.selection(cfg, "mnist_ps30_predrec_a4"))
-    for p, text in ((good, '{"input": "continuous"}'), (cut, '{"overrides": {"lr"')):
+    manifest = {"workflow_spec": "0" * 16, "dataset": "mnist", "counts": {"train": 1}, "num_classes": 10}
+    for p, text in ((good, json.dumps(manifest)), (cut, '{"overrides": {"lr"')):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
-    assert W.damaged_stamped_files(cfg) == [str(cut)]
-    with pytest.raises(UserError, match=rf"^damaged \(not JSON\): {re.escape(str(cut))}; delete them"):
+    assert W.damaged_stamped_files(cfg) == [str(cut)]  # a stale stamp is not damage: its job re-runs
+    msg = rf"^damaged \(not JSON, or without the keys its job writes\): {re.escape(str(cut))}; delete them"
+    with pytest.raises(UserError, match=msg):
         W.check_stamped_files(cfg)
-    good.write_text("[1, 2]")  # JSON, but not a stamped file
-    assert W.damaged_stamped_files(cfg) == [str(good), str(cut)]
+    for text in ("[1, 2]", "{}", json.dumps({k: v for k, v in manifest.items() if k != "counts"})):
+        good.write_text(text)  # JSON, but not what prepare writes
+        assert W.damaged_stamped_files(cfg) == [str(good), str(cut)], text
+    cut.write_text(json.dumps({"workflow_spec": "0" * 16}))  # a stamp alone is no selection
+    assert str(cut) in W.damaged_stamped_files(cfg)
 
 
 def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monkeypatch):
