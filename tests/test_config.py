@@ -2,6 +2,7 @@
 named, `extends:` merges, and the paper config's models have the paper's sizes."""
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -641,6 +642,48 @@ def test_job_env_that_would_run_other_code_is_refused_by_name(tmp_path, name, ca
     }
     path.write_text(yaml.safe_dump(ok))
     assert C.load_suite(path)["job_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("TORCH_LOGS_OUT", "names a file or library to write or load (OUT)"),
+        ("CUDA_INJECTION64_PATH", "names a file or library to write or load (INJECTION64)"),
+        ("TORCH_EXTENSIONS_DIR", "names a file or library to write or load (DIR)"),
+        ("OMP_X\n", "is not a setting of the numeric libraries"),
+    ],
+)
+def test_job_env_that_writes_or_loads_files_is_refused(tmp_path, name, said):
+    """Under the admitted prefixes: TORCH_LOGS_OUT with TORCH_LOGS=+all appended to any file,
+    the CUDA driver loads CUDA_INJECTION64_PATH's library, and a key with a final newline
+    passed the schema's `$` into every job's shell prefix. Each is one line naming it."""
+    cfg = yaml.safe_load(SMALL.read_text())
+    cfg["job_env"] = {**cfg["job_env"], name: str(tmp_path / "x"), "TORCH_LOGS": "+all"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError) as err:
+        C.load_suite(path)
+    assert f"job_env: {name!r} {said}" in str(err.value) and "\n" not in str(err.value).replace("\\n", "")
+
+
+@pytest.mark.parametrize(
+    ("grid", "said"),
+    [
+        ({"capture_epochs": [[1, 2], [12]]}, "get one id, 'capture_epochs-12'"),
+        ({"lr": [0.01, 0.01]}, "lr: [0.01, 0.01] has non-unique elements"),  # the schema's
+        ({"lr": [0.01], "tied": [{"hidden": 8}, {"hidden": 8}]}, ".tied: item 2 repeats item 1"),
+    ],
+)
+def test_two_grid_points_with_one_id_are_refused(tmp_path, grid, said):
+    """A point id keeps letters, digits and . + - of each value, so [1, 2] and [12] were one
+    folder: one point never trained and the other counted twice."""
+    cfg = yaml.safe_load(SMALL.read_text())
+    exp = next(iter(cfg["experiments"]))
+    cfg["experiments"][exp]["grid"] = grid
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError, match=rf"experiments\.{exp}\.grid.*{re.escape(said)}"):
+        C.load_suite(path)
 
 
 def test_a_dataset_setting_re_runs_the_training_jobs_but_prepares_nothing_again():

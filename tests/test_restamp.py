@@ -1,7 +1,9 @@
 """`python -m psrnn restamp` (psrnn.engine.restamp) on a copy of the committed second-study
-runs: runs re-trained by today's code must give their recorded numbers before any stamp is
-rewritten, and then every stale run and selection of the suite is re-stamped, with the
-proof recorded; a run that does not is named, and nothing is written."""
+runs and on runs trained here: runs re-trained by today's code must give their recorded
+numbers before any stamp is rewritten; only those runs (and the final runs that took their
+records) are re-stamped, a selection once its whole search is, with the proof written
+first; a run that differs is named, and nothing is written; a damaged proof file or a
+second restamp of the folder stops it before anything trains."""
 
 import shutil
 import subprocess
@@ -67,7 +69,7 @@ def test_restamp_refuses_a_run_that_today_s_code_trains_otherwise_and_writes_not
     assert snapshot(results) == before  # no stamp rewritten, no proof recorded
 
 
-def test_restamp_re_stamps_every_stale_run_and_the_selection_once_the_proof_holds(suite):
+def test_restamp_re_trains_and_re_stamps_every_stale_run_and_the_selection(suite):
     path, cfg, results = suite
     now = codehash.training_digest("relreg")
     stale = stale_runs(cfg, code=True)
@@ -82,12 +84,163 @@ def test_restamp_re_stamps_every_stale_run_and_the_selection_once_the_proof_hold
     assert W.is_current(selected, W.selection_stamp(cfg, EXPERIMENT))
     [proof] = read_json(results / "restamp.json")["restamps"]
     assert proof["from"] == [OLD] and proof["to"] == now and proof["restamped_runs"] == len(stale)
-    finals = {
-        str(p.relative_to(results.parents[1]))
-        for p in (results / "runs").rglob("metrics.json")
-        if not read_json(p).get("reused_from")
-    }
-    assert set(proof["retrained"]) == finals  # the final runs' fused group, trained together again
+    every = {str(p.relative_to(results.parents[1])) for p in results.rglob("metrics.json")}
+    assert set(proof["retrained"]) == every  # every stale run, each with its fused group
+    assert proof["left_stale"] == 0
     assert proof["restamped_selections"] == [str(selected.relative_to(results.parents[1]))]
     again = restamp(path)  # nothing left: it says so and writes nothing
     assert again.returncode == 0 and "every finished run records today's training code" in again.stdout
+
+
+# --- what a restamp may stamp, on runs trained here ---------------------------------------------------
+
+# config/relreg-ci.yaml's slice, trained by Snakemake in a scratch folder: seed 0 is the search
+# seed and the final seed, so each final run takes its selected point's search run's record
+CI_CONFIGS = {
+    "ci": {},  # one process per run; proto_both's grid holds noise 0.0 and 0.1
+    "ci-fused": {"fused_search": True, "fused_finals": True},  # groups whose finals all reused
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A folder with both configs' runs, search and final, trained by Snakemake."""
+    root = tmp_path_factory.mktemp("restamp-ci")
+    for name, extra in CI_CONFIGS.items():
+        cfg = {"extends": str(C.ROOT / "config" / "relreg-ci.yaml"), "name": f"restamp-{name}", **extra}
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-s",
+                str(C.ROOT / "Snakefile"),
+                "--directory",
+                str(root),
+                "--configfile",
+                str(root / f"{name}.yaml"),
+                "--cores",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return root
+
+
+@pytest.fixture
+def ci(trained, tmp_path, monkeypatch):
+    """A copy of the trained folder with every run and selection stamped as made by other code."""
+    shutil.copytree(trained, tmp_path / "w", ignore=shutil.ignore_patterns(".snakemake"))
+    monkeypatch.chdir(tmp_path / "w")
+    cfgs = {}
+    for name in CI_CONFIGS:
+        cfg = C.load_suite(f"{name}.yaml")
+        cfgs[name] = cfg
+        for metrics in C.results_root(cfg).rglob("metrics.json"):
+            write_json(metrics, {**read_json(metrics), "training_code": OLD})
+        for exp in C.enabled_experiments(cfg):
+            selected = C.selection_path(cfg, exp)
+            write_json(selected, {**read_json(selected), **W.selection_stamp(cfg, exp, digest=OLD)})
+    return cfgs
+
+
+def test_a_sample_stamps_only_the_runs_it_re_trained(ci):
+    """The issue's case: a change in a branch only noisy runs take. A sample of one run per
+    experiment re-trains proto_both's final run (noise 0.0, through its search run), which
+    never takes that branch; it stamps that run and its search run, and the noise-0.1 search
+    run stays stale, with proto_both's selection: `stale --code` still lists it."""
+    cfg = ci["ci"]
+    noisy = next(p for p, _, _ in stale_runs(cfg, code=True) if "noise-0.1" in str(p))
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml", "--per-experiment", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    left = [p for p, _, _ in stale_runs(cfg, code=True)]
+    assert noisy in left and all(read_json(p)["training_code"] == OLD for p in left)
+    [proof] = read_json(C.results_root(cfg) / "restamp.json")["restamps"]
+    assert proof["restamped_runs"] + proof["left_stale"] == 2 + 4  # 2 finals, 2 x 2 search runs
+    assert proof["left_stale"] == len(left) >= 1 and str(noisy) not in proof["retrained"]
+    assert str(C.selection_path(cfg, "proto_both")) not in proof["restamped_selections"]
+    assert not W.is_current(C.selection_path(cfg, "proto_both"), W.selection_stamp(cfg, "proto_both"))
+    assert f"{len(left)} stale run(s) not re-trained stay stale" in done.stdout
+    # the whole proof re-trains the rest and then stamps it: nothing stale, two proofs
+    again = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    assert stale_runs(cfg, code=True) == []
+    assert [p["left_stale"] for p in read_json(C.results_root(cfg) / "restamp.json")["restamps"]] == [
+        len(left),
+        0,
+    ]
+
+
+def test_an_edited_record_outside_a_sample_is_never_stamped_and_the_whole_proof_names_it(ci):
+    cfg = ci["ci"]
+    noisy = next(p for p, _, _ in stale_runs(cfg, code=True) if "noise-0.1" in str(p))
+    record = read_json(noisy)
+    write_json(noisy, {**record, "valid_main_loss": record["valid_main_loss"] + 1e-6})
+    subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml", "--per-experiment", "1"],
+        check=True,
+        capture_output=True,
+    )
+    assert read_json(noisy)["training_code"] == OLD  # outside the sample: not stamped
+    before = snapshot(C.results_root(cfg))
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert f"{noisy}: re-trained by today's code, valid_main_loss: recorded" in line
+    assert snapshot(C.results_root(cfg)) == before
+
+
+def test_fused_final_runs_that_all_took_their_search_runs_are_proven_by_them(ci):
+    """restamp read the first record of an empty group (IndexError): every final run of a
+    fused group took its search run's record, so no final trained. Each is now proven by
+    re-training the search run (its group) it took, and stamped with it."""
+    cfg = ci["ci-fused"]
+    finals = [p for p in C.results_root(cfg).glob("runs/*/seed*/metrics.json")]
+    assert finals and all(read_json(p).get("reused_from") for p in finals)
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci-fused.yaml"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert stale_runs(cfg, code=True) == []
+    [proof] = read_json(C.results_root(cfg) / "restamp.json")["restamps"]
+    assert all("/search/" in p for p in proof["retrained"]) and proof["restamped_runs"] == len(finals) + 4
+
+
+def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(ci):
+    from psrnn.engine import restamp as R
+
+    cfg = ci["ci"]
+    proof = C.results_root(cfg) / "restamp.json"
+    proof.write_text('{"restamps": [')
+    before = snapshot(C.results_root(cfg))
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{proof}: not a JSON file" in done.stderr and "same numbers" not in done.stdout
+    assert snapshot(C.results_root(cfg)) == before
+    proof.unlink()
+    held = R.lock(cfg)  # another restamp of this folder is running
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
+        )
+    finally:
+        held.close()
+    assert done.returncode == 2
+    assert f"another restamp of {C.results_root(cfg)} is running: wait for it to end" in done.stderr
+    assert all(read_json(p)["training_code"] == OLD for p in C.results_root(cfg).rglob("metrics.json"))

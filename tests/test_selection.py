@@ -59,6 +59,45 @@ def test_select_names_missing_points():
         selection.select("e", POINTS, {"lr-0.1": metrics(0.5), "lr-0.01": metrics(0.5)})
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("best_valid_acc", float("nan"), "best_valid_acc = nan is not an accuracy in [0, 1]"),
+        ("best_valid_acc", float("inf"), "best_valid_acc = inf is not an accuracy in [0, 1]"),
+        ("best_valid_acc", 7.5, "best_valid_acc = 7.5 is not an accuracy in [0, 1]"),
+        ("best_valid_acc", "0.99", "best_valid_acc = '0.99' is not an accuracy in [0, 1]"),
+        ("best_valid_acc", True, "best_valid_acc = True is not an accuracy in [0, 1]"),
+        ("valid_main_loss", float("nan"), "valid_main_loss = nan is not a finite number"),
+        ("valid_aux_loss", None, "valid_aux_loss = None is not a finite number"),
+    ],
+)
+@pytest.mark.parametrize("ties", ["loss", "draw"])
+def test_select_refuses_a_record_it_cannot_rank(tmp_path, monkeypatch, capsys, field, value, said, ties):
+    """A NaN in the first grid point under `ties: draw` divided by an empty tie set; NaN or
+    Infinity elsewhere failed in the JSON writer; 7.5 and "0.99" were ranked and drawn from,
+    and Snakemake trained final runs on that point. Each is one line naming the run, and no
+    selected.json is written."""
+    monkeypatch.chdir(tmp_path)
+    cfg = write_tiny(tmp_path)
+    cfg.write_text(cfg.read_text() + f"ties: {ties}\n")
+    suite = C.load_suite(cfg)
+    exp = next(e for e in suite["experiments"] if C.has_grid(suite, e))
+    points = C.grid_points(suite["experiments"][exp])
+    for i, (pid, _) in enumerate(points):
+        d = C.search_dir(suite, exp, pid)
+        d.mkdir(parents=True)
+        record = metrics(0.5 + 0.1 * i) | ({field: value} if i == 0 else {})
+        (d / "metrics.json").write_text(json.dumps(record))  # NaN and Infinity as Python writes them
+    assert main(["select", "--config", str(cfg), "--experiment", exp]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1
+        and f"experiment {exp}, grid point {points[0][0]} (its search run's metrics.json): " in err[0]
+    )
+    assert said in err[0]
+    assert not C.selection_path(suite, exp).exists()
+
+
 def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
     suite = write_tiny(tmp_path)
     monkeypatch.chdir(tmp_path)

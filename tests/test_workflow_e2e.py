@@ -215,22 +215,26 @@ def test_a_lost_split_tensor_is_prepared_again_before_training(workdir):
 
 
 def test_a_damaged_manifest_or_selection_stops_the_workflow_before_it_plans(workdir):
-    """A cut manifest.json made every run on the dataset re-run (its stamp unreadable), and
-    Snakemake deleted their finished metrics.json before each job failed; a cut
-    selected.json planned final runs, not select. Now: one line naming the file, and no
+    """A cut manifest.json, or `{}`, made every run on the dataset re-run (its stamp unreadable
+    or missing), and Snakemake deleted their finished metrics.json before each job failed; a
+    cut selected.json, or `{}`, planned final runs, not select. Now: one line naming the file, and no
     job planned or run, whatever the target."""
     for path in (W.manifest(CFG, "mnist"), W.selection(CFG, "mnist_ps30_predrec_a4")):
         f = workdir / path
         assert f.is_file(), path
         kept = (f.read_bytes(), f.stat().st_mtime_ns)
         finished = mtimes(workdir)
-        f.write_bytes(kept[0][: len(kept[0]) // 2])
         try:
-            for args in (("-n",), ()):
-                res = snakemake(workdir, *args)
-                assert res.returncode != 0
-                assert f"psrnn: damaged (not JSON): {path}; delete them and run again" in res.stderr
-            assert mtimes(workdir) == finished  # no finished run touched
+            for damage in (kept[0][: len(kept[0]) // 2], b"{}"):  # cut; JSON without its job's keys
+                f.write_bytes(damage)
+                for args in (("-n",), ()):
+                    res = snakemake(workdir, *args)
+                    assert res.returncode != 0
+                    assert (
+                        f"psrnn: damaged (not JSON, or without the keys its job writes): {path}; "
+                        in res.stderr
+                    )
+                assert mtimes(workdir) == finished  # no finished run touched
         finally:
             f.write_bytes(kept[0])
             os.utime(f, ns=(kept[1], kept[1]))

@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "psrnn.onegpu",
         "run a suite on one GPU without Snakemake: plan runs by measured memory, train, select, compile",
     ),
-    "select": ("psrnn.engine.selection", "pick an experiment's best grid point by validation accuracy"),
+    "select": ("psrnn.engine.choose", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.compile", "compile tables, figures and the report from finished runs"),
     "paper": (
         "psrnn.studies.private_shared.results.paper",

@@ -77,12 +77,14 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
         raise ConfigError(f"{source}: study: {study!r} is not a study; known: {', '.join(registry.STUDIES)}")
     _raise_first_error(_validator(None, study), cfg, source=source)
     spec = registry.STUDIES[study]
+    check_job_env(cfg, source)
     check_per_dataset(cfg, spec, source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
             raise ConfigError(
                 f"{source}: experiments.{name}.dataset: {exp['dataset']!r} is not listed under datasets"
             )
+        check_grid_ids(exp, f"{source}: experiments.{name}.grid")
         for point in grid_points(exp):
             values = layered(cfg, exp, point[1])
             try:
@@ -92,6 +94,44 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
             if spec.check_in_suite:
                 registry.load(spec.check_in_suite)(cfg, name, run, source)
     return cfg
+
+
+# Name parts of variables that name a file or library to write or load, under any of the
+# numeric prefixes the schema admits: TORCH_LOGS_OUT appends the logs to any file,
+# CUDA_INJECTION64_PATH makes the CUDA driver load a library, *_DIR / *_HOME / *_CACHE move
+# where files are written
+FILE_WORDS = ("PATH", "OUT", "FILE", "DIR", "HOME", "CACHE", "LIB", "LIBRARY", "PRELOAD", "PLUGIN", "PLUGINS")
+
+
+def check_job_env(cfg: dict[str, Any], source: str) -> None:
+    """job_env's names pass the schema's prefixes; one that names a file or library (a part
+    in FILE_WORDS, or INJECTION...) would let a config make every job write or load files."""
+    for name in cfg.get("job_env") or {}:
+        parts = str(name).split("_")
+        hit = next((w for w in parts if w in FILE_WORDS or w.startswith("INJECTION")), None)
+        if hit:
+            raise ConfigError(
+                f"{source}: job_env: {name!r} names a file or library to write or load ({hit}): job_env "
+                "takes the numeric libraries' settings only"
+            )
+
+
+def check_grid_ids(exp: dict[str, Any], where: str) -> None:
+    """Two grid points with one id (folder name) would share a search run: one never trains
+    and the other counts twice. Ids drop brackets and commas (paths._slug), so [[1, 2], [12]]
+    gives two `capture_epochs-12`; a repeated `tied` item is such a pair too."""
+    tied = (exp.get("grid") or {}).get(TIED) or []
+    for i, item in enumerate(tied):
+        if item in tied[:i]:
+            raise ConfigError(f"{where}.{TIED}: item {i + 1} repeats item {tied.index(item) + 1} ({item})")
+    seen: dict[str, dict[str, Any]] = {}
+    for pid, values in grid_points(exp):
+        if pid in seen:
+            raise ConfigError(
+                f"{where}: the points {seen[pid]} and {values} get one id, {pid!r} (ids keep letters, digits "
+                "and . + - of each value): give the values distinct spellings"
+            )
+        seen[pid] = values
 
 
 def check_per_dataset(cfg: dict[str, Any], spec: registry.Study, source: str) -> None:

@@ -379,12 +379,25 @@ def train_input_stamps(cfg: dict[str, Any], experiment: str) -> dict[str, dict[s
     return stamps
 
 
+# The keys prepare writes in manifest.json and select in selected.json: one without them
+# (`{}`, a hand edit) is damaged, not stale (its missing stamp read as settings changed)
+MANIFEST_KEYS: tuple[str, ...] = (SPEC_KEY, "dataset", "counts", "num_classes")
+SELECTION_KEYS: tuple[str, ...] = (SPEC_KEY, "experiment", "point", "overrides", "best_valid_acc")
+
+
 def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
-    """The suite's manifest.json and selected.json that exist but are no JSON object: the
-    Snakefile stops on them (a cut manifest re-ran, and deleted, every run on its data)."""
-    paths = [manifest(cfg, d) for d in C.enabled_datasets(cfg)] if registry.study_of(cfg).data_jobs else []
-    paths += [selection(cfg, e) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
-    return [p for p in paths if Path(p).is_file() and not isinstance(_json_or_none(Path(p)), dict)]
+    """The suite's manifest.json and selected.json that exist but are no JSON object with
+    their job's keys: the Snakefile stops on them (a cut manifest, or `{}`, re-ran and
+    deleted every run on its data)."""
+    data = C.enabled_datasets(cfg) if registry.study_of(cfg).data_jobs else []
+    paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data]
+    paths += [(selection(cfg, e), SELECTION_KEYS) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
+    found = {p: _json_or_none(Path(p)) for p, _ in paths if Path(p).is_file()}
+    return [
+        p
+        for p, keys in paths
+        if p in found and not (isinstance(found[p], dict) and set(keys) <= set(found[p]))
+    ]
 
 
 def _json_or_none(path: Path) -> Any:
@@ -397,7 +410,8 @@ def _json_or_none(path: Path) -> Any:
 def check_stamped_files(cfg: dict[str, Any]) -> None:
     if bad := damaged_stamped_files(cfg):
         raise UserError(
-            f"damaged (not JSON): {', '.join(bad)}; delete them and run again (the jobs that wrote "
+            "damaged (not JSON, or without the keys its job writes): "
+            f"{', '.join(bad)}; delete them and run again (the jobs that wrote "
             "them make them anew); nothing was run"
         )
 

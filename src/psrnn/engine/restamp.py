@@ -1,31 +1,38 @@
-"""Re-stamp finished runs with the digest of today's training code, once runs re-trained by
-today's code give their recorded numbers: `python -m psrnn restamp`.
+"""Re-stamp finished runs with the digest of today's training code, once the same runs
+re-trained by today's code give their recorded numbers: `python -m psrnn restamp`.
 
-    python -m psrnn restamp --config config/relreg.yaml                # one run per experiment
-    python -m psrnn restamp --config config/relreg.yaml --per-experiment 3
-    python -m psrnn restamp --config config/relreg.yaml --dry-run      # re-train and compare only
+    python -m psrnn restamp --config config/relreg.yaml                     # every stale run
+    python -m psrnn restamp --config config/relreg.yaml --per-experiment 3  # a sample: only it
+    python -m psrnn restamp --config config/relreg.yaml --dry-run           # re-train and compare only
 
 A run records the digest of the code that trained it (metrics.json's `training_code`,
 psrnn.engine.codehash), and a selection the digest its search was made with (its
 selected.json stamp, psrnn.workflow.selection_stamp). When the code that trains changes,
 Snakemake re-trains every such run. A change that moves no number (a refactor, a moved
 module that changes a module's local names, an error message) need not: restamp proves it
-instead. For every experiment it re-trains the first `--per-experiment` runs the code
-change left stale (final runs first, then search runs; each from its recorded settings,
-with the recorded CPU threads and kernel variables, in a scratch folder) and compares each
-with its record, key by key (the study's regression keys: accuracies, epochs and counts
-exactly, and the per-length accuracies where a study has them; a member of a fused group is
-trained again with its group, as a batched model's numbers are its members' together). Only
-when every one
-matches does it rewrite the stale runs' `training_code` and the selections' stamps, and
-adds the proof to `results/<name>/restamp.json` (the digests, the runs re-trained, the
-machine, the command; every restamp's, oldest first). Any difference is one line naming
-the run and the key, and nothing is written: re-train then (`psrnn stale --config ...
---code --forget`, then Snakemake).
+instead, run by run. It re-trains every run the code change left stale (with
+`--per-experiment N`, the first N of each experiment: final runs first, then search runs;
+each from its recorded settings, with the recorded CPU threads and kernel variables, in a
+scratch folder) and compares each with its record, key by key (the study's regression keys:
+accuracies, epochs and counts exactly, and the per-length accuracies where a study has
+them; a member of a fused group is trained again with its group, as a batched model's
+numbers are its members' together; a final run that took its search run's record is proven
+by that search run). A re-stamp proves what it stamps: only the runs re-trained (and those
+final runs) get today's digest, and a selection only once every search run of its
+experiment records it; a sample leaves the rest stale, for `stale --code` to list and the
+next restamp or Snakemake to do. Any difference is one line naming the run and the key, and
+nothing is written: re-train then (`psrnn stale --config ... --code --forget`, then
+Snakemake).
+
+Writing: one restamp per results folder at a time (a lock; a second one is refused);
+`restamp.json` is read before anything trains (a damaged one stops it), and the proof (the
+digests, the runs re-trained, the machine, the command; every restamp's, oldest first) is
+written before any stamp, so a stamp never exists without its proof; a run whose stamp was
+not written (an interrupted restamp) stays stale and is re-trained next time.
 
 Why not trust a digest of the code alone: a refactor changes the code, so only its numbers
-can show it changed nothing. A sample is a proof for the code paths the sampled runs take;
-one run per experiment takes each experiment's model and settings.
+can show it changed nothing; and a sample proves only the code paths its runs take (a run
+with noise 0 never takes a changed noise branch), so it stamps only itself.
 """
 
 from __future__ import annotations
@@ -48,9 +55,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--per-experiment",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="stale runs re-trained per experiment as the proof (default 1; at least 1)",
+        help="re-train (and re-stamp) only the first N stale runs of each experiment (default: all)",
     )
     p.add_argument("--dry-run", action="store_true", help="re-train and compare, write nothing")
 
@@ -68,13 +75,24 @@ def searches(cfg: dict[str, Any], exp: str, points: list[str] | None = None) -> 
     return [Path(C.search_dir(cfg, exp, pid)) / "metrics.json" for pid in points]
 
 
-def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int) -> list[Path]:
-    """The first `per_experiment` stale runs of every experiment: final runs (by seed), then
-    search runs (by grid order)."""
+def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int | None) -> list[Path]:
+    """The first `per_experiment` stale runs of every experiment (None: all of them): final
+    runs (by seed), then search runs (by grid order)."""
     out = []
     for exp in C.enabled_experiments(cfg):
         out += [p for p in finals(cfg, exp) + searches(cfg, exp) if p in stale][:per_experiment]
     return out
+
+
+def reused_source(cfg: dict[str, Any], path: Path, record: dict[str, Any]) -> Path | None:
+    """The search run's record a final run took as its own (checkpoint.adopt_finished), or None."""
+    source = record.get("reused_from")
+    if not source:
+        return None
+    found = Path(source) / "metrics.json"
+    if not found.is_file():
+        raise UserError(f"{path}: took the record of {source}, which is gone: re-train it instead")
+    return found
 
 
 def fused(cfg: dict[str, Any], record: dict[str, Any], run: Any) -> bool:
@@ -150,14 +168,17 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     return {p: differences(cfg, r, g or {}) for p, r, g in zip(paths, records, got, strict=True)}
 
 
-def restamp_selections(cfg: dict[str, Any], old: set[str], new: str, write: bool) -> list[Path]:
-    """The experiments' selected.json stamped with a digest of `old` (re-stamped with `new`)."""
+def restamp_selections(
+    cfg: dict[str, Any], old: set[str], new: str, write: bool, skip: frozenset[str] | set[str] = frozenset()
+) -> list[Path]:
+    """The experiments' selected.json stamped with a digest of `old` (re-stamped with `new`),
+    but those of the experiments `skip` (search runs still stale)."""
     from psrnn import workflow as W
 
     done = []
     for exp in C.enabled_experiments(cfg):
         path = Path(W.selection(cfg, exp))
-        if not C.has_grid(cfg, exp) or not path.is_file():
+        if not C.has_grid(cfg, exp) or not path.is_file() or exp in skip:
             continue
         recorded = read_json(path).get(W.SPEC_KEY)
         if any(recorded == W.selection_stamp(cfg, exp, digest=d)[W.SPEC_KEY] for d in old):
@@ -167,58 +188,123 @@ def restamp_selections(cfg: dict[str, Any], old: set[str], new: str, write: bool
     return done
 
 
-def run(args: argparse.Namespace) -> int:
-    from psrnn.engine.stale import stale_runs
-    from psrnn.machine import cpu_name
+def lock(cfg: dict[str, Any]) -> Any:
+    """An exclusive lock on the suite's results folder for this process' life (released when
+    it ends, however): a second restamp of it is a UserError. The lock file lives in the temp
+    folder, keyed by the folder's absolute path, so the results tree gets no file of its own."""
+    import fcntl
+    import hashlib
 
-    if args.per_experiment < 1:
-        raise UserError(f"--per-experiment {args.per_experiment}: must be at least 1 (the proof)")
-    cfg = C.load_suite(args.config)
-    new = codehash.training_digest(registry.study_name(cfg))
-    stale = [path for path, _, _ in stale_runs(cfg, code=True)]
-    old = {str(read_json(p)["training_code"]) for p in stale}
-    if not stale:
-        print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
-        return 0
-    proof = sample(cfg, stale, args.per_experiment)
+    root = C.results_root(cfg).resolve()
+    key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    fh = open(Path(tempfile.gettempdir()) / f"psrnn-restamp-{key}.lock", "w")  # noqa: SIM115 (held)
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise UserError(f"another restamp of {C.results_root(cfg)} is running: wait for it to end") from None
+    return fh
+
+
+def earlier_proofs(path: Path) -> list[dict[str, Any]]:
+    """restamp.json's proofs so far ([] without the file); a damaged one is a UserError before
+    anything trains (its proofs would be lost by writing a new file)."""
+    if not path.is_file():
+        return []
+    found = read_json(path)
+    if not isinstance(found, dict) or not isinstance(found.get("restamps"), list):
+        raise UserError(
+            f"{path}: no 'restamps' list; restore it from git (git checkout -- {path}) and run again"
+        )
+    return found["restamps"]
+
+
+def prove(
+    cfg: dict[str, Any], targets: list[Path], stale: list[Path], config: str
+) -> tuple[list[Path], list[Path]]:
+    """Re-train `targets` (each with its group; a reused final run through its search run)
+    and compare: (the runs re-trained, the stale runs proven: re-trained or reused from one).
+    Any difference is a UserError naming the run and the key."""
     retrained: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="psrnn-restamp-") as tmp:
-        for i, path in enumerate(proof):
-            if path in retrained:  # trained again with an earlier one's group
+        for i, path in enumerate(targets):
+            record = read_json(path)
+            source = reused_source(cfg, path, record) or path
+            if source in retrained:  # trained again with an earlier one's group
                 continue
-            together = trained_with(cfg, path)
+            together = trained_with(cfg, source)
             for member, diff in retrain(cfg, together, Path(tmp) / str(i)).items():
                 if diff:
                     raise UserError(
                         f"{member}: re-trained by today's code, {diff[0]}: the code change moves numbers; "
-                        f"re-train instead (python -m psrnn stale --config {args.config} --code --forget)"
+                        f"re-train instead (python -m psrnn stale --config {config} --code --forget)"
                     )
             retrained += together
             print(
-                f"same numbers: {path}"
+                f"same numbers: {source}"
                 + (f" and the {len(together) - 1} run(s) of its group" if len(together) > 1 else "")
             )
-    selections = restamp_selections(cfg, old, new, write=not args.dry_run)
+    proven = set(retrained)
+    for path in stale:  # a final run that took a proven search run's record, and records its numbers
+        record = read_json(path)
+        from_search = reused_source(cfg, path, record)
+        if from_search is not None and from_search in proven:
+            if diff := differences(cfg, record, read_json(from_search)):
+                raise UserError(
+                    f"{path}: took the record of {from_search.parent} but differs from it, {diff[0]}"
+                )
+            proven.add(path)
+    return retrained, [p for p in stale if p in proven]
+
+
+def run(args: argparse.Namespace) -> int:
+    from psrnn.engine.stale import stale_runs
+    from psrnn.machine import cpu_name
+
+    if args.per_experiment is not None and args.per_experiment < 1:
+        raise UserError(f"--per-experiment {args.per_experiment}: must be at least 1 (the proof)")
+    cfg = C.load_suite(args.config)
+    held = lock(cfg)  # noqa: F841 (held until the process ends)
+    proof_path = C.results_root(cfg) / "restamp.json"  # every restamp's proof, oldest first
+    earlier = earlier_proofs(proof_path)
+    new = codehash.training_digest(registry.study_name(cfg))
+    stale = [path for path, _, _ in stale_runs(cfg, code=True)]
+    if not stale:
+        print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
+        return 0
+    stamps = {p: str(read_json(p)["training_code"]) for p in stale}
+    retrained, proven = prove(cfg, sample(cfg, stale, args.per_experiment), stale, args.config)
+    left = [p for p in stale if p not in set(proven)]
+    # a selection's search is proven once no search run of its experiment stays stale
+    unproven_search = {read_json(p)["experiment"] for p in left if read_json(p).get("point")}
+    old = {stamps[p] for p in stale}
+    selections = restamp_selections(cfg, old, new, write=False, skip=unproven_search)
     if not args.dry_run:
-        for path in stale:
-            write_json(path, {**read_json(path), "training_code": new})
+        command = f"python -m psrnn restamp --config {args.config}"
         record = {
-            "from": sorted(old),
+            "from": sorted({stamps[p] for p in proven}),
             "to": new,
             "retrained": [str(p) for p in retrained],
-            "restamped_runs": len(stale),
+            "restamped_runs": len(proven),
+            "left_stale": len(left),
             "restamped_selections": [str(p) for p in selections],
             "machine": f"{cpu_name()}, torch threads as each run recorded",
-            "command": f"python -m psrnn restamp --config {args.config} "
-            f"--per-experiment {args.per_experiment}",
+            "command": command + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
         }
-        path = C.results_root(cfg) / "restamp.json"  # every restamp's proof, oldest first
-        earlier = read_json(path)["restamps"] if path.is_file() else []
-        write_json(path, {"restamps": [*earlier, record]})
+        write_json(proof_path, {"restamps": [*earlier, record]})  # the proof first: no stamp without it
+        for path in proven:
+            write_json(path, {**read_json(path), "training_code": new})
+        restamp_selections(cfg, old, new, write=True, skip=unproven_search)
     what = "would re-stamp" if args.dry_run else "re-stamped"
     print(
         f"restamp {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; {what} "
-        f"{len(stale)} run(s) and {len(selections)} selection(s) from "
-        f"{', '.join(d[:12] for d in sorted(old))} to {new[:12]}"
+        f"{len(proven)} run(s) and {len(selections)} selection(s) from "
+        f"{', '.join(d[:12] for d in sorted({stamps[p] for p in proven}))} to {new[:12]}"
+        + (
+            f"; {len(left)} stale run(s) not re-trained stay stale (python -m psrnn stale --config "
+            f"{args.config} --code lists them; restamp again without --per-experiment, or re-train)"
+            if left
+            else ""
+        )
     )
     return 0
