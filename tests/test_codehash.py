@@ -61,6 +61,25 @@ def test_a_comment_docstring_or_layout_edit_keeps_the_digest_and_a_real_change_m
     assert digests(src)["psrnn-train"] != before["psrnn-train"] != digests(src)["relreg-train"]
 
 
+def test_a_byte_order_mark_or_a_coding_cookie_keeps_the_digest(tmp_path):
+    """A module saved with a UTF-8 byte order mark, or as latin-1 with its coding cookie,
+    imports fine; the digest read it as text and failed (and with it Snakemake's planning
+    and `psrnn train`). It now reads bytes as Python does: the same code, the same digest."""
+    src = copy_src(tmp_path)
+    before = digests(src)
+    epoch = src / PS / "epoch.py"
+    text = epoch.read_text()
+    epoch.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert digests(src) == before
+    cookie = "# -*- coding: latin-1 -*-\n" + text.replace(
+        "EVAL_ANCHOR_SEED = 1234", "EVAL_ANCHOR_SEED = 1234  # é"
+    )
+    epoch.write_bytes(cookie.encode("latin-1"))
+    assert digests(src) == before
+    epoch.write_bytes(cookie.replace("# é", "\nS = 'é'").encode("latin-1"))  # a real change, in latin-1
+    assert digests(src)["psrnn-train"] != before["psrnn-train"]
+
+
 @pytest.mark.parametrize(
     ("edited", "moves", "keeps"),
     [

@@ -88,7 +88,11 @@ def import_target(node: ast.ImportFrom, package: list[str]) -> str:
 
 
 def parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    """The module's syntax tree from its bytes, as Python reads a source file: a UTF-8 byte
+    order mark or a coding cookie (`# -*- coding: latin-1 -*-`) is honoured, where reading
+    it as text broke the digest, Snakemake's planning and `psrnn train` on a module that
+    imports fine."""
+    return ast.parse(path.read_bytes(), filename=str(path))
 
 
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
