@@ -8,6 +8,7 @@ second restamp of the folder stops it before anything trains."""
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -134,7 +135,7 @@ def trained(tmp_path_factory):
 @pytest.fixture
 def ci(trained, tmp_path, monkeypatch):
     """A copy of the trained folder with every run and selection stamped as made by other code."""
-    shutil.copytree(trained, tmp_path / "w", ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.copytree(trained, tmp_path / "w", ignore=shutil.ignore_patterns("log", "locks", "incomplete"))
     monkeypatch.chdir(tmp_path / "w")
     cfgs = {}
     for name in CI_CONFIGS:
@@ -244,3 +245,55 @@ def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(c
     assert done.returncode == 2
     assert f"another restamp of {C.results_root(cfg)} is running: wait for it to end" in done.stderr
     assert all(read_json(p)["training_code"] == OLD for p in C.results_root(cfg).rglob("metrics.json"))
+
+
+def snakemake_plan(config: str) -> str:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(C.ROOT / "Snakefile"),
+            "--configfile",
+            config,
+            "--cores",
+            "1",
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_after_a_sound_restamp_snakemake_re_runs_nothing_and_checkpoints_resume(ci):
+    """After a no-op refactor Snakemake's records of the training jobs hold the old digest in
+    their params ("Params have changed"), so it planned every job again though restamp had
+    proven them; and ckpt_last.pt kept the old digest, so a proven run whose metrics.json is
+    lost could not resume. Here both are as a refactor leaves them; restamp re-stamps the
+    checkpoints, drops Snakemake's records of the jobs it proved and keeps the files' times."""
+    import torch
+
+    cfg = ci["ci-fused"]
+    now = codehash.training_digest("relreg")
+    for record in Path(".snakemake", "metadata").iterdir():  # the jobs as the old code ran them
+        record.write_text(record.read_text().replace(now, OLD))
+    ckpts = sorted(C.results_root(cfg).rglob("ckpt_last.pt"))
+    assert ckpts
+    for ckpt in ckpts:
+        torch.save({**torch.load(ckpt, weights_only=True), "code": OLD}, ckpt)
+    assert "Params have changed since last execution" in snakemake_plan("ci-fused.yaml")
+    times = {p: p.stat().st_mtime_ns for p in C.results_root(cfg).rglob("*.json")}
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci-fused.yaml"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"re-stamped {len(ckpts)} checkpoint(s)" in done.stdout
+    assert "Nothing to be done" in snakemake_plan("ci-fused.yaml")
+    assert all(torch.load(c, weights_only=True)["code"] == now for c in ckpts)
+    assert [p for p, ns in times.items() if p.stat().st_mtime_ns != ns] == []  # stamps keep files' times
+    assert (C.results_root(cfg) / "restamp.json").is_file()

@@ -38,6 +38,7 @@ with noise 0 never takes a changed noise branch), so it stamps only itself.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 from psrnn import config as C
 from psrnn import registry
 from psrnn.engine import codehash
-from psrnn.engine.groups import fused_finals, fused_search, group_key, search_groups
+from psrnn.engine.groups import fused_finals, fused_search, group_key, group_marker, search_groups
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
@@ -183,9 +184,64 @@ def restamp_selections(
         recorded = read_json(path).get(W.SPEC_KEY)
         if any(recorded == W.selection_stamp(cfg, exp, digest=d)[W.SPEC_KEY] for d in old):
             if write:
-                write_json(path, {**read_json(path), **W.selection_stamp(cfg, exp, digest=new)})
+                stamp(path, W.selection_stamp(cfg, exp, digest=new))
             done.append(path)
     return done
+
+
+def stamp(path: Path, update: dict[str, Any]) -> None:
+    """Rewrite the JSON file with `update` merged in, keeping its modification time: the run
+    is the same, so nothing downstream (compile, Snakemake's mtime rule) sees it as new."""
+    st = path.stat()
+    write_json(path, {**read_json(path), **update})
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def stamp_checkpoint(run_dir: Path, old: set[str], new: str) -> bool:
+    """The run's ckpt_last.pt, where it records a digest of `old`, re-stamped with `new` (its
+    time kept): a checkpoint resumes only under its own digest, so a proven run whose
+    metrics.json is lost resumes instead of starting over. False where there is none."""
+    last = run_dir / "ckpt_last.pt"
+    if not last.is_file():
+        return False
+    from psrnn.engine.checkpoint import read_checkpoint
+    from psrnn.files import torch_save
+
+    ckpt = read_checkpoint(last)
+    if ckpt.get("code") not in old:
+        return False
+    st = last.stat()
+    torch_save(last, {**ckpt, "code": new})
+    os.utime(last, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return True
+
+
+def forget_params(cfg: dict[str, Any], config: str, outputs: list[Path]) -> int:
+    """Snakemake's records of the jobs that made `outputs` dropped (`--cleanup-metadata`):
+    their params carry the old digest, so Snakemake would re-run them ("Params have changed")
+    though restamp proved them. Without a record Snakemake judges them by time alone. Only
+    where this folder has Snakemake's metadata; the number of files asked for."""
+    import subprocess
+    import sys
+
+    if not outputs or not Path(".snakemake", "metadata").is_dir():
+        return 0
+    base = [sys.executable, "-m", "snakemake", "-s", str(C.ROOT / "Snakefile"), "--configfile", config]
+    for i in range(0, len(outputs), 1000):
+        done = subprocess.run(
+            [*base, "--cores", "1", "--cleanup-metadata", *map(str, outputs[i : i + 1000])],
+            capture_output=True,
+            text=True,
+        )
+        # a file no job made on its own (a member of a fused group: the group's marker is the
+        # job's output) has no record; Snakemake names those and exits 1, the rest are dropped
+        if done.returncode != 0 and "because the metadata was not present" not in done.stderr:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UserError(
+                f"re-stamped, but snakemake --cleanup-metadata failed ({last}): Snakemake will re-run the "
+                "re-stamped jobs; run it by hand with the files restamp.json lists"
+            )
+    return len(outputs)
 
 
 def lock(cfg: dict[str, Any]) -> Any:
@@ -204,6 +260,18 @@ def lock(cfg: dict[str, Any]) -> Any:
         fh.close()
         raise UserError(f"another restamp of {C.results_root(cfg)} is running: wait for it to end") from None
     return fh
+
+
+def proven_markers(cfg: dict[str, Any], proven: list[Path]) -> list[Path]:
+    """The search groups' markers (Snakemake's outputs of their jobs) whose every member is proven."""
+    done = set(proven)
+    out = []
+    for exp in C.enabled_experiments(cfg):
+        if C.has_grid(cfg, exp) and fused_search(cfg):
+            for group, points in search_groups(cfg, exp).items():
+                if all(p in done for p in searches(cfg, exp, points)):
+                    out.append(group_marker(cfg, exp, group))
+    return out
 
 
 def earlier_proofs(path: Path) -> list[dict[str, Any]]:
@@ -293,8 +361,11 @@ def run(args: argparse.Namespace) -> int:
         }
         write_json(proof_path, {"restamps": [*earlier, record]})  # the proof first: no stamp without it
         for path in proven:
-            write_json(path, {**read_json(path), "training_code": new})
+            stamp(path, {"training_code": new})
+        checkpoints = sum(stamp_checkpoint(path.parent, old, new) for path in proven)
         restamp_selections(cfg, old, new, write=True, skip=unproven_search)
+        forgot = forget_params(cfg, args.config, [*proven, *proven_markers(cfg, proven), *selections])
+        print(f"re-stamped {checkpoints} checkpoint(s); Snakemake's records of {forgot} output(s) dropped")
     what = "would re-stamp" if args.dry_run else "re-stamped"
     print(
         f"restamp {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; {what} "
