@@ -297,3 +297,37 @@ def test_after_a_sound_restamp_snakemake_re_runs_nothing_and_checkpoints_resume(
     assert all(torch.load(c, weights_only=True)["code"] == now for c in ckpts)
     assert [p for p, ns in times.items() if p.stat().st_mtime_ns != ns] == []  # stamps keep files' times
     assert (C.results_root(cfg) / "restamp.json").is_file()
+
+
+def test_verify_re_trains_what_an_earlier_sample_stamped_and_names_a_record_that_differs(ci):
+    """Before a restamp re-trained every run it stamped, one run per experiment vouched for
+    the rest. `--verify` re-trains the runs that today's digest reached by such a stamp (in
+    no proof's re-trained list) and adds their proof; an edited one is named, nothing written."""
+    cfg = ci["ci"]
+    now = codehash.training_digest("relreg")
+    runs = sorted(C.results_root(cfg).glob("*/*/*/metrics.json"))  # runs/<exp>/seed<k>, search/<exp>/<point>
+    assert len(runs) == 6
+    for path in runs:
+        write_json(path, {**read_json(path), "training_code": now})
+    sampled = str(next(p for p in runs if "/runs/" in str(p)))
+    old_rule = {"from": [OLD], "to": now, "retrained": [sampled], "restamped_runs": len(runs)}
+    proof = C.results_root(cfg) / "restamp.json"
+    write_json(proof, {"restamps": [old_rule]})
+    noisy = next(p for p in runs if "noise-0.1" in str(p))
+    record = read_json(noisy)
+    write_json(noisy, {**record, "best_epoch": record["best_epoch"] + 1})
+    before = snapshot(C.results_root(cfg))
+    verify = [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml", "--verify"]
+    done = subprocess.run(verify, capture_output=True, text=True)
+    assert (
+        done.returncode == 2 and f"{noisy}: re-trained by today's code, best_epoch: recorded" in done.stderr
+    )
+    assert snapshot(C.results_root(cfg)) == before
+    write_json(noisy, record)
+    done = subprocess.run(verify, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(runs) - 1} of the {len(runs) - 1} run(s) stamped by a sample are proven" in done.stdout
+    [_, added] = read_json(proof)["restamps"]
+    assert sorted(added["verified"]) == sorted(str(p) for p in runs if str(p) != sampled)
+    again = subprocess.run(verify, capture_output=True, text=True).stdout
+    assert "every run stamped by a restamp was re-trained by one" in again

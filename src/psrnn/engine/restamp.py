@@ -61,6 +61,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="re-train (and re-stamp) only the first N stale runs of each experiment (default: all)",
     )
     p.add_argument("--dry-run", action="store_true", help="re-train and compare, write nothing")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-train the runs an earlier restamp stamped without re-training them, compare, stamp nothing",
+    )
 
 
 def finals(cfg: dict[str, Any], exp: str) -> list[Path]:
@@ -325,6 +330,51 @@ def prove(
     return retrained, [p for p in stale if p in proven]
 
 
+def unproven(cfg: dict[str, Any], earlier: list[dict[str, Any]], new: str) -> list[Path]:
+    """The finished runs that record today's digest `new` though no proof in restamp.json
+    re-trained them: what an earlier restamp stamped from a sample (before a restamp
+    re-trained every run it stamped), in experiment, final-then-search order."""
+    if not any(p.get("to") == new for p in earlier):
+        return []  # today's digest came from training, not from a restamp
+    proven = {r for p in earlier for r in (*p.get("retrained", []), *p.get("verified", []))}
+    out = []
+    for exp in C.enabled_experiments(cfg):
+        for path in finals(cfg, exp) + searches(cfg, exp):
+            if path.is_file() and str(path) not in proven and read_json(path).get("training_code") == new:
+                out.append(path)
+    return out
+
+
+def verify(
+    cfg: dict[str, Any], args: argparse.Namespace, earlier: list[dict[str, Any]], proof_path: Path, new: str
+) -> int:
+    """`restamp --verify`: re-train what earlier sampled restamps stamped unproven and add
+    the proof (`verified`); any difference is a UserError naming the run, and nothing is written."""
+    from psrnn.machine import cpu_name
+
+    todo = unproven(cfg, earlier, new)
+    if not todo:
+        print(f"restamp --verify {cfg['name']}: every run stamped by a restamp was re-trained by one")
+        return 0
+    retrained, proven = prove(cfg, sample(cfg, todo, args.per_experiment), todo, args.config)
+    if not args.dry_run:
+        record = {
+            "to": new,
+            "verified": [str(p) for p in proven],
+            "retrained": [str(p) for p in retrained],
+            "left_unproven": len(todo) - len(proven),
+            "machine": f"{cpu_name()}, torch threads as each run recorded",
+            "command": f"python -m psrnn restamp --config {args.config} --verify"
+            + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
+        }
+        write_json(proof_path, {"restamps": [*earlier, record]})
+    print(
+        f"restamp --verify {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; "
+        f"{len(proven)} of the {len(todo)} run(s) stamped by a sample are proven"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from psrnn.engine.stale import stale_runs
     from psrnn.machine import cpu_name
@@ -336,6 +386,8 @@ def run(args: argparse.Namespace) -> int:
     proof_path = C.results_root(cfg) / "restamp.json"  # every restamp's proof, oldest first
     earlier = earlier_proofs(proof_path)
     new = codehash.training_digest(registry.study_name(cfg))
+    if args.verify:
+        return verify(cfg, args, earlier, proof_path, new)
     stale = [path for path, _, _ in stale_runs(cfg, code=True)]
     if not stale:
         print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
