@@ -6,8 +6,10 @@ Each reader returns a `RawData` (official train and test sets, class names) and 
 `UserError` naming the archive (and the member or line) when a file is missing,
 truncated or not in the expected format. `read_raw` runs one and then checks, for every
 dataset alike, that each class has examples in both official sets: an archive that lost
-a folder or a batch must not prepare into a one-class split. Nothing here splits,
-filters or encodes; that is `prepare.py`.
+a folder or a batch must not prepare into a one-class split. Archives are read under the
+bounds of `limits.py` (decompressed sizes, regular members only, pickle lengths), so a
+damaged or hostile one stops with one line too. Nothing here splits, filters or encodes;
+that is `prepare.py`.
 """
 
 from __future__ import annotations
@@ -15,23 +17,31 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 import pickle
 import re
 import tarfile
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 from torchvision.datasets import FashionMNIST
 from torchvision.datasets.mnist import read_image_file, read_label_file
-from torchvision.datasets.utils import extract_archive
 
 from psrnn.errors import UserError
+from psrnn.studies.private_shared.data.limits import (
+    CSV_FIELD_CHARS,
+    NOT_OFFICIAL,
+    TarArchive,
+    check_pickle,
+    gunzip,
+)
 
 # What a damaged gzip / tar archive raises while it is being read.
 ARCHIVE_ERRORS = (
@@ -96,7 +106,8 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
     raw_dir = Path(raw_dir)
     paths = {name: need(raw_dir / name) for pair in IDX_FILES.values() for name in pair}
     splits = {}
-    # torchvision's IDX readers take an uncompressed path: gunzip into a scratch folder
+    # torchvision's IDX readers take an uncompressed path: gunzip (bounded, limits.py)
+    # into a scratch folder
     with tempfile.TemporaryDirectory(prefix="psrnn-idx-") as tmp:
         for split, (images, labels) in IDX_FILES.items():
             x = _read_idx_file(paths[images], tmp, read_image_file)  # (N, H, W)
@@ -117,7 +128,7 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
 
 def _read_idx_file(path: Path, tmp: str, reader: Callable[[str], torch.Tensor]) -> torch.Tensor:
     try:
-        return reader(str(extract_archive(str(path), tmp)))
+        return reader(str(gunzip(path, Path(tmp) / path.name.removesuffix(".gz"), "idx")))
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
 
@@ -144,7 +155,8 @@ class BatchUnpickler(pickle.Unpickler):
     The allowed ones: numpy's array reconstruction (`numpy.core` in the official Python 2
     pickles, `numpy._core` in numpy 2's), the array and dtype types, and `_codecs.encode`,
     which protocol-2 pickles written by Python 3 use for bytes. pickle has no allow-list of
-    its own (its docs point to overriding find_class, as here)."""
+    its own (its docs point to overriding find_class, as here). `_reconstruct` allocates the
+    shape it is given: an array of more than `most` bytes (the pickle's own size) is refused."""
 
     ALLOWED = frozenset(
         {
@@ -156,10 +168,25 @@ class BatchUnpickler(pickle.Unpickler):
         }
     )
 
+    def __init__(self, file: IO[bytes], most: int, **kwargs: Any):
+        super().__init__(file, **kwargs)
+        self.most = most
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.ALLOWED:
             raise RefusedPickle(f"{module}.{name}")
-        return super().find_class(module, name)
+        found = super().find_class(module, name)
+        return _bounded(found, self.most) if name == "_reconstruct" else found
+
+
+def _bounded(reconstruct: Callable[..., Any], most: int) -> Callable[..., Any]:
+    def call(subtype: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        size = math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
+        if size > most:
+            raise RefusedPickle(f"an array of {size:,} bytes (shape {tuple(shape)}) from {most:,} bytes")
+        return reconstruct(subtype, shape, dtype)
+
+    return call
 
 
 def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -> RawData:
@@ -173,18 +200,10 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
     wanted = {f"{CIFAR_DIR}/{n}" for n in [*CIFAR_TRAIN, "test_batch", "batches.meta"]}
     members: dict[str, dict] = {}
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            for m in tar:
-                if m.name in wanted and m.isfile():
-                    # pickle is the upstream format: read with an allow-list (BatchUnpickler)
-                    try:
-                        loaded = BatchUnpickler(tar.extractfile(m), encoding="bytes").load()
-                    except RefusedPickle as err:
-                        raise UserError(
-                            f"{path}: {m.name}: refused to unpickle {err} (a CIFAR-10 batch holds only "
-                            "arrays, lists, dicts, bytes and numbers; this archive is not the official one)"
-                        ) from None
-                    members[m.name.split("/")[-1]] = _str_keys(loaded)
+        with TarArchive(path, "cifar10") as tar:
+            for m in tar.members():
+                if m.name in wanted:
+                    members[m.name.split("/")[-1]] = _str_keys(_unpickle(path, m.name, tar.read(m)))
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
     missing = sorted(n.split("/")[-1] for n in wanted if n.split("/")[-1] not in members)
@@ -217,6 +236,21 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
     return RawData(batches(CIFAR_TRAIN), batches(["test_batch"]), classes)
 
 
+def _unpickle(path: Path, member: str, data: bytes) -> Any:
+    """One pickled member (the upstream format), its lengths checked first (check_pickle),
+    then read with an allow-list (BatchUnpickler)."""
+    check_pickle(f"{path}: {member}", data)
+    try:
+        return BatchUnpickler(io.BytesIO(data), len(data), encoding="bytes").load()
+    except RefusedPickle as err:
+        raise UserError(
+            f"{path}: {member}: refused to unpickle {err} (a CIFAR-10 batch holds only "
+            "arrays, lists, dicts, bytes and numbers; this archive is not the official one)"
+        ) from None
+    except MemoryError:
+        raise UserError(f"{path}: {member}: unpickling it ran out of memory; {NOT_OFFICIAL}") from None
+
+
 def _str_keys(d: dict) -> dict:
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
 
@@ -237,14 +271,14 @@ def read_imdb(raw_dir: str | Path, archive: str = "aclImdb_v1.tar.gz") -> RawDat
     path = need(Path(raw_dir) / archive)
     found: dict[str, list[tuple[int, int, str, str]]] = {"train": [], "test": []}
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            for m in tar:
+        with TarArchive(path, "imdb") as tar:
+            for m in tar.members():
                 match = IMDB_REVIEW.match(m.name)
-                if not match or not m.isfile():
+                if not match:
                     continue
                 split, label, rid = match[1], IMDB_CLASSES.index(match[2]), int(match[3])
                 # a few upstream reviews hold stray bytes; they become U+FFFD (unknown symbol)
-                text = tar.extractfile(m).read().decode("utf-8", errors="replace")
+                text = tar.read(m, "imdb review").decode("utf-8", errors="replace")
                 if not text.strip():
                     raise UserError(f"{path}: {m.name}: empty review")
                 found[split].append((label, rid, m.name, text))
@@ -285,11 +319,11 @@ def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> Ra
     path = need(Path(raw_dir) / archive)
     data: dict[str, Any] = {}
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            for m in tar:
+        with TarArchive(path, "dbpedia") as tar, _csv_field_limit(CSV_FIELD_CHARS):
+            for m in tar.members():
                 name = m.name.removeprefix(f"{DBPEDIA_DIR}/")
                 if m.name.startswith(f"{DBPEDIA_DIR}/") and name in ("train.csv", "test.csv", "classes.txt"):
-                    text = io.TextIOWrapper(tar.extractfile(m), encoding="utf-8", newline="")
+                    text = io.TextIOWrapper(tar.open(m), encoding="utf-8", newline="")
                     data[name] = (
                         text.read().split() if name == "classes.txt" else list(_csv_rows(path, m.name, text))
                     )
@@ -320,14 +354,28 @@ def read_dbpedia(raw_dir: str | Path, archive: str = "dbpedia_csv.tar.gz") -> Ra
 
 def _csv_rows(path: Path, member: str, fh: io.TextIOBase) -> Iterator[tuple[int, str, str]]:
     reader = csv.reader(fh)
-    for row in reader:
-        where = f"{member}:{reader.line_num}"
-        if len(row) != 3 or not row[0].strip().isdigit():
-            raise UserError(f"{path}: {where}: expected 'class,title,abstract', got {row!r:.80}")
-        text = f"{row[1].strip()} {row[2].strip()}".strip()
-        if not text:
-            raise UserError(f"{path}: {where}: empty title and abstract")
-        yield int(row[0]) - 1, text, where
+    try:
+        for row in reader:
+            where = f"{member}:{reader.line_num}"
+            if len(row) != 3 or not row[0].strip().isdigit():
+                raise UserError(f"{path}: {where}: expected 'class,title,abstract', got {row!r:.80}")
+            text = f"{row[1].strip()} {row[2].strip()}".strip()
+            if not text:
+                raise UserError(f"{path}: {where}: empty title and abstract")
+            yield int(row[0]) - 1, text, where
+    except csv.Error as err:
+        what = f"a field longer than {CSV_FIELD_CHARS:,} characters" if "field limit" in str(err) else err
+        raise UserError(f"{path}: {member}:{reader.line_num}: {what}; {NOT_OFFICIAL}") from None
+
+
+@contextmanager
+def _csv_field_limit(chars: int) -> Iterator[None]:
+    """csv.field_size_limit is one setting of the whole process: set it, then put it back."""
+    old = csv.field_size_limit(chars)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
 
 
 READERS: dict[str, Callable[[Path], RawData]] = {
