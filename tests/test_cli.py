@@ -149,6 +149,11 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
             "grid.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'",
         ),
         (["config", "seeds.yaml"], "seeds.yaml: seeds[1]: 4294967296 is not a seed"),
+        # PyYAML's recursion: a RecursionError traceback before
+        (["config", "deep.yaml"], "deep.yaml: nested too deeply (brackets or indentation hundreds"),
+        (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
+        # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
+        (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
     ],
 )
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
@@ -159,6 +164,8 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
         "extends.yaml": "extends: nope.yaml\n",
         "grid.yaml": f"extends: {SMALL}\nexperiments: {{mnist_gru: {{grid: {{lr: [0.01, fast]}}}}}}\n",
         "seeds.yaml": f"extends: {SMALL}\nseeds: [0, 4294967296]\n",
+        "deep.yaml": "x: " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "huge.yaml": "x: [\n" + "a" * 1_100_000 + "\n",
     }
     for name, text in inputs.items():
         (tmp_path / name).write_text(text)
