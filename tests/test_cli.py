@@ -174,3 +174,27 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
     assert len(err) == 1 and err[0].startswith(f"psrnn {argv[0]}: error: ")
     assert message in err[0]
     assert sorted(os.listdir(tmp_path)) == sorted(inputs)  # no run folder, results/ or data/
+
+
+def test_a_file_over_the_size_limit_is_one_line_naming_it_and_leaves_nothing(tmp_path):
+    """`ulimit -f` (EFBIG, "File too large": Python ignores SIGXFSZ, so the write fails) is
+    one line naming the file, as a full disk is, and the temporary file is gone."""
+    import resource
+    import signal
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # params.yaml of small is ~4 kB
+
+    out = tmp_path / "params.yaml"
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn", "config", str(SMALL), "--dvc-params", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+    )
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (
+        f"psrnn config: error: {out}: file too large for this shell's file size limit (ulimit -f): raise it\n"
+    )
+    assert os.listdir(tmp_path) == []

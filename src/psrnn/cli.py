@@ -140,6 +140,8 @@ PATH_ERRORS = {
     errno.EEXIST: "{}: exists and is not a folder",
     errno.ENOTDIR: "{}: a part of the path is a file, not a folder",
     errno.EISDIR: "{}: is a folder, not a file",
+    # over `ulimit -f` (Python ignores SIGXFSZ, so the write fails instead of the process)
+    errno.EFBIG: "{}: file too large for this shell's file size limit (ulimit -f): raise it",
 }
 
 
