@@ -154,6 +154,10 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
         (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
         # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
         (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
+        (  # two members of one process on one folder: "another process is training this run" before
+            ["train-group", "--config", str(SMALL), "--experiment", "mnist_gru", "--seeds", "3", "0", "3"],
+            "--seeds: 3 given twice (each names one run: give it once)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
@@ -198,3 +202,21 @@ def test_a_file_over_the_size_limit_is_one_line_naming_it_and_leaves_nothing(tmp
         f"psrnn config: error: {out}: file too large for this shell's file size limit (ulimit -f): raise it\n"
     )
     assert os.listdir(tmp_path) == []
+
+
+def test_train_group_interrupted_says_what_its_checkpoints_keep(monkeypatch, capsys):
+    """train-group checkpoints every --save-every seconds, not every epoch: stopped (Ctrl-C,
+    a scheduler's SIGTERM) before its first checkpoint, a run starts again."""
+    from psrnn.engine import group
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(group, "run", interrupted)
+    assert main(["train-group", "--config", str(SMALL), "--experiment", "mnist_gru", "--seeds", "0"]) == 130
+    assert capsys.readouterr().err == (
+        "psrnn train-group: interrupted; the same command resumes each run from its last checkpoint "
+        f"(written every --save-every seconds, {group.SAVE_EVERY_S:.0f} by default, so up to that much "
+        "training is lost; a run stopped before its first one starts again)\n"
+    )
+    assert group.SAVE_EVERY_S == 60  # the message's number
