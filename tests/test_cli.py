@@ -154,6 +154,10 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
         (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
         # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
         (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
+        (
+            ["config", str(SMALL), "--dvc-params", "params.yaml", "--dvc-name", "small"],
+            "--dvc-name small: DVC's name ends in -dvc (small-dvc, say), so that its stages never rewrite",
+        ),
         (  # two members of one process on one folder: "another process is training this run" before
             ["train-group", "--config", str(SMALL), "--experiment", "mnist_gru", "--seeds", "3", "0", "3"],
             "--seeds: 3 given twice (each names one run: give it once)",
