@@ -154,6 +154,7 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
         (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
         # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
         (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
+        (["config", "fixtures.yaml"], "fixtures.yaml: fixtures: '../../x' is not inside the working folder"),
         (
             ["config", str(SMALL), "--dvc-params", "params.yaml", "--dvc-name", "small"],
             "--dvc-name small: DVC's name ends in -dvc (small-dvc, say), so that its stages never rewrite",
@@ -174,6 +175,7 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
         "seeds.yaml": f"extends: {SMALL}\nseeds: [0, 4294967296]\n",
         "deep.yaml": "x: " + "[" * 20_000 + "]" * 20_000 + "\n",
         "huge.yaml": "x: [\n" + "a" * 1_100_000 + "\n",
+        "fixtures.yaml": f"extends: {SMALL}\nfixtures: ../../x\n",
     }
     for name, text in inputs.items():
         (tmp_path / name).write_text(text)
