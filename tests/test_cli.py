@@ -149,6 +149,20 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
             "grid.yaml: experiments.mnist_gru.grid.lr[1]: 'fast' is not of type 'number'",
         ),
         (["config", "seeds.yaml"], "seeds.yaml: seeds[1]: 4294967296 is not a seed"),
+        # PyYAML's recursion: a RecursionError traceback before
+        (["config", "deep.yaml"], "deep.yaml: nested too deeply (brackets or indentation hundreds"),
+        (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
+        # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
+        (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
+        (["config", "fixtures.yaml"], "fixtures.yaml: fixtures: '../../x' is not inside the working folder"),
+        (
+            ["config", str(SMALL), "--dvc-params", "params.yaml", "--dvc-name", "small"],
+            "--dvc-name small: DVC's name ends in -dvc (small-dvc, say), so that its stages never rewrite",
+        ),
+        (  # two members of one process on one folder: "another process is training this run" before
+            ["train-group", "--config", str(SMALL), "--experiment", "mnist_gru", "--seeds", "3", "0", "3"],
+            "--seeds: 3 given twice (each names one run: give it once)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
@@ -159,6 +173,9 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
         "extends.yaml": "extends: nope.yaml\n",
         "grid.yaml": f"extends: {SMALL}\nexperiments: {{mnist_gru: {{grid: {{lr: [0.01, fast]}}}}}}\n",
         "seeds.yaml": f"extends: {SMALL}\nseeds: [0, 4294967296]\n",
+        "deep.yaml": "x: " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "huge.yaml": "x: [\n" + "a" * 1_100_000 + "\n",
+        "fixtures.yaml": f"extends: {SMALL}\nfixtures: ../../x\n",
     }
     for name, text in inputs.items():
         (tmp_path / name).write_text(text)
@@ -167,3 +184,45 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
     assert len(err) == 1 and err[0].startswith(f"psrnn {argv[0]}: error: ")
     assert message in err[0]
     assert sorted(os.listdir(tmp_path)) == sorted(inputs)  # no run folder, results/ or data/
+
+
+def test_a_file_over_the_size_limit_is_one_line_naming_it_and_leaves_nothing(tmp_path):
+    """`ulimit -f` (EFBIG, "File too large": Python ignores SIGXFSZ, so the write fails) is
+    one line naming the file, as a full disk is, and the temporary file is gone."""
+    import resource
+    import signal
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # params.yaml of small is ~4 kB
+
+    out = tmp_path / "params.yaml"
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn", "config", str(SMALL), "--dvc-params", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+    )
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (
+        f"psrnn config: error: {out}: file too large for this shell's file size limit (ulimit -f): raise it\n"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_train_group_interrupted_says_what_its_checkpoints_keep(monkeypatch, capsys):
+    """train-group checkpoints every --save-every seconds, not every epoch: stopped (Ctrl-C,
+    a scheduler's SIGTERM) before its first checkpoint, a run starts again."""
+    from psrnn.engine import group
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(group, "run", interrupted)
+    assert main(["train-group", "--config", str(SMALL), "--experiment", "mnist_gru", "--seeds", "0"]) == 130
+    assert capsys.readouterr().err == (
+        "psrnn train-group: interrupted; the same command resumes each run from its last checkpoint "
+        f"(written every --save-every seconds, {group.SAVE_EVERY_S:.0f} by default, so up to that much "
+        "training is lost; a run stopped before its first one starts again)\n"
+    )
+    assert group.SAVE_EVERY_S == 60  # the message's number

@@ -703,3 +703,41 @@ def test_a_dataset_setting_re_runs_the_training_jobs_but_prepares_nothing_again(
     assert W.experiment_spec(other, "mnist_gru", code=False) == W.experiment_spec(
         cfg, "mnist_gru", code=False
     )
+
+
+@pytest.mark.parametrize(
+    ("folder", "inside"),
+    [
+        ("data/t/fixtures", True),
+        ("./fx", True),
+        ("{here}/fx", True),  # toy runs in a temp folder name theirs so
+        ("../../x", False),  # `python -m psrnn fixtures` wrote beside the checkout
+        ("data/../../x", False),
+        ("/tmp", False),
+        (".", False),
+    ],
+)
+def test_a_fixtures_folder_lies_inside_the_working_folder(tmp_path, monkeypatch, folder, inside):
+    """The fixtures job writes the config's `fixtures:` folder: a config names one inside
+    the checkout (the working folder Snakemake and DVC run in), else one line names it."""
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(SMALL.read_text())
+    cfg["fixtures"] = folder.format(here=tmp_path)
+    if inside:
+        assert C.validate_suite(cfg)["fixtures"] == folder.format(here=tmp_path)
+        return
+    with pytest.raises(C.ConfigError) as err:
+        C.validate_suite(cfg, source="s.yaml")
+    assert str(err.value) == (
+        f"s.yaml: fixtures: {cfg['fixtures']!r} is not inside the working folder {tmp_path}: name a folder "
+        "in it (config/small.yaml's is data/small/fixtures)"
+    )
+
+
+def test_config_files_are_far_below_the_size_a_config_may_have():
+    """yamlfiles.MAX_BYTES refuses a file before parsing it (PyYAML is quadratic in a long
+    scalar): every committed YAML file is at least 50 times smaller."""
+    from psrnn.yamlfiles import MAX_BYTES
+
+    files = [*(C.ROOT / "config").glob("*.yaml"), C.ROOT / "params.yaml", C.ROOT / "dvc.yaml"]
+    assert max(f.stat().st_size for f in files) < MAX_BYTES / 50

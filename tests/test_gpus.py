@@ -122,3 +122,16 @@ def test_host_gpus_without_a_driver_is_zero(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: a)'\necho 'GPU 1: NVIDIA H100 (UUID: b)'\n")
     fake.chmod(0o755)
     assert gpus.host_gpus() == 2
+
+
+def test_the_profile_and_docs_name_the_lock_folder_the_code_uses(monkeypatch):
+    """The claims live in /tmp/psrnn-gpus-<numeric uid> (not $USER, which the default
+    profile once said): every text that names the folder says the uid."""
+    from pathlib import Path
+
+    monkeypatch.delenv(gpus.LOCKS_ENV, raising=False)
+    assert gpus.lock_dir() == Path(f"/tmp/psrnn-gpus-{os.getuid()}")
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "profiles" / "default" / "config.yaml", root / "docs" / "gpu.md"):
+        named = [line for line in path.read_text().splitlines() if "/tmp/psrnn-gpus-" in line]
+        assert named and all(("$(id -u)" in n or "<uid>" in n) and "$USER" not in n for n in named), path

@@ -30,7 +30,7 @@ def test_the_ten_minute_config_is_quick_imdb_with_torch_init_adam_two_rates_and_
         assert run.decoder_input == "teacher" or run.shared == 0.0  # text: teacher-forced decoders
 
 
-def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path):
+def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path, monkeypatch):
     fixtures = tmp_path / "fixtures"
     write_fixtures(fixtures, ("imdb",))
     toy = tmp_path / "toy.yaml"
@@ -74,6 +74,7 @@ def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path):
     assert "gpu-run: compiled results/toy10/REPORT.md" in out
     root = tmp_path / "results" / "toy10"
     assert len(list(root.glob("search/*/lr-*/metrics.json"))) == 8  # 4 rows x 2 rates
+    monkeypatch.chdir(tmp_path)  # where the script ran: the toy's fixtures lie inside it
     for exp in C.enabled_experiments(C.load_suite(toy)):
         sel = json.loads((root / "search" / exp / "selected.json").read_text())
         final = json.loads((root / "runs" / exp / "seed0" / "metrics.json").read_text())

@@ -1044,6 +1044,46 @@ def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, cap
     assert _digests(out)["tables/table2.md"] != before["tables/table2.md"]
 
 
+STAGED = (
+    "import sys, time; from pathlib import Path; from psrnn.compile import staged_outputs\n"
+    "with staged_outputs(Path(sys.argv[1]), [Path(sys.argv[1]) / 'REPORT.md']) as staging:\n"
+    "    print(staging.name, flush=True); time.sleep(120)\n"
+)
+
+
+def test_a_compile_removes_the_staging_folder_a_killed_compile_left_not_a_running_ones(tmp_path):
+    """kill -9 leaves a compile's staging folder (links to the runs by absolute path): the
+    next compile of the folder removes it, the links and not what they name, and keeps
+    the staging folder of a compile still at work."""
+    import signal
+
+    from psrnn.compile import staged_outputs
+
+    out = tmp_path / "results" / "t"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "kept").write_text("a run")
+    env = {**os.environ, "PYTHONPATH": str(C.ROOT / "src")}
+    compiling = subprocess.Popen(
+        [sys.executable, "-c", STAGED, str(out)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        theirs = out / compiling.stdout.readline().strip()
+        assert theirs.name.startswith(".compile-") and (theirs / "runs").is_symlink()
+        with staged_outputs(out, [out / "REPORT.md"]) as staging:  # while it is at work
+            assert theirs.is_dir() and sorted(p.name for p in staging.iterdir()) == ["runs"]
+        compiling.send_signal(signal.SIGKILL)
+        compiling.wait()
+        assert theirs.is_dir()  # left behind
+        with staged_outputs(out, [out / "REPORT.md"]) as staging:
+            (staging / "REPORT.md").write_text("the report")
+            assert not theirs.exists()
+    finally:
+        compiling.kill()
+        compiling.wait()
+    assert sorted(p.name for p in out.iterdir()) == ["REPORT.md", "runs"]
+    assert (out / "runs" / "kept").read_text() == "a run"
+
+
 def test_a_config_without_a_figures_experiments_draws_no_placeholder_for_it():
     """quick-imdb.yaml runs only IMDB rows: no CIFAR-10 sweep (Figure 2) and no Figure 3
     experiment, so neither is an output; Figure 1 stays (its private/shared rows)."""

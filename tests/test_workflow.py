@@ -489,12 +489,16 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
     for keys in D.DVC_STAGE_PARAMS.values():
         assert set(keys) <= set(params)
     assert "extends" not in params
-    assert (
-        main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out), "--dvc-name", "quick"])
-        == 0
-    )
-    assert C.load_suite(out)["name"] == "quick"
-    assert main(["config", str(SMALL), "--dvc-params", str(out), "--dvc-name", "a/b"]) == 2
+    argv = ["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out), "--dvc-name"]
+    assert main([*argv, "mine-dvc"]) == 0
+    assert C.load_suite(out)["name"] == "mine-dvc"
+    # a name of its own: not Snakemake's quick (nor small, whose results git holds)
+    for name in ("quick", "small", "a/b-dvc"):
+        assert main([*argv, name]) == 2
+    assert C.load_suite(out)["name"] == "mine-dvc"  # left as it was
+    # ... which "-dvc" makes sure of: no suite config's name ends so
+    names = [C.load_yaml(path).get("name") for path in (ROOT / "config").glob("*.yaml")]
+    assert "small" in names and not [n for n in names if str(n).endswith(D.DVC_SUFFIX)]
 
 
 def test_dvc_params_moves_the_paths_under_the_configs_data_folder_with_its_name():

@@ -140,6 +140,8 @@ PATH_ERRORS = {
     errno.EEXIST: "{}: exists and is not a folder",
     errno.ENOTDIR: "{}: a part of the path is a file, not a folder",
     errno.EISDIR: "{}: is a folder, not a file",
+    # over `ulimit -f` (Python ignores SIGXFSZ, so the write fails instead of the process)
+    errno.EFBIG: "{}: file too large for this shell's file size limit (ulimit -f): raise it",
 }
 
 
@@ -172,6 +174,30 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# what the same command does after Ctrl-C or SIGTERM, where "resumes" would promise too much:
+# train-group checkpoints every --save-every seconds, not every epoch (psrnn.engine.group)
+AFTER_INTERRUPT = {
+    "train-group": (
+        "the same command resumes each run from its last checkpoint (written every --save-every "
+        "seconds, 60 by default, so up to that much training is lost; a run stopped before its "
+        "first one starts again)"
+    ),
+}
+
+# options whose values each name a run (its folder): one given twice would be trained by two
+# members of one process, the second refused as "another process is training this run"
+ONE_RUN_EACH = ("seeds",)
+
+
+def refuse_repeats(args: argparse.Namespace) -> None:
+    """A UserError for a value given twice to an option of ONE_RUN_EACH (`--seeds 3 3`)."""
+    for option in ONE_RUN_EACH:
+        values = getattr(args, option, None) or []
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            raise UserError(f"--{option}: {repeated} given twice (each names one run: give it once)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
@@ -189,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext(sys.stdout) as out:
             with contextlib.redirect_stdout(out):
+                refuse_repeats(args)
                 status = int(importlib.import_module(args._module).run(args) or 0)
         LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
         return status
@@ -203,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return error_line(args.command, line, verbose)
     except KeyboardInterrupt:  # checkpoints and outputs are written whole (psrnn.files)
-        print(f"psrnn {args.command}: interrupted; the same command resumes", file=sys.stderr)
+        after = AFTER_INTERRUPT.get(args.command, "the same command resumes")
+        print(f"psrnn {args.command}: interrupted; {after}", file=sys.stderr)
         return 130
     except OSError as err:
         if err.errno not in PATH_ERRORS:

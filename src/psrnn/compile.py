@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ from pathlib import Path
 from psrnn import config as C
 from psrnn import registry
 from psrnn.errors import UserError
+
+STAGING = ".compile-"  # a staging folder's name: this, then mkdtemp's random letters
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -48,13 +51,18 @@ def staged_outputs(results_dir: Path, outputs: list[Path]) -> Iterator[Path]:
     the outputs' top-level entries (the runs and notes compile reads), the compile writes
     its outputs into it, and they replace the old ones together when it ends. A compile
     stopped half-way (an error, SIGINT, SIGTERM) changes no output: tables, figures and
-    REPORT.md never disagree. The staging folder is removed either way."""
+    REPORT.md never disagree. The staging folder is removed either way, and one a killed
+    compile left (kill -9) by the next compile of the folder (remove_stale_staging)."""
     results_dir.mkdir(parents=True, exist_ok=True)
     produced = {p.relative_to(results_dir).parts[0] for p in outputs}
-    staging = Path(tempfile.mkdtemp(prefix=".compile-", dir=results_dir))
+    with _locked(results_dir):  # no other compile makes or removes a staging folder meanwhile
+        remove_stale_staging(results_dir)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=results_dir))
+        held = os.open(staging, os.O_RDONLY)
+        fcntl.flock(held, fcntl.LOCK_EX)  # ours while this process lives
     try:
         for entry in sorted(results_dir.iterdir()):
-            if entry.name not in produced and not entry.name.startswith(".compile-"):
+            if entry.name not in produced and not entry.name.startswith(STAGING):
                 (staging / entry.name).symlink_to(entry.resolve())
         yield staging
         moves = [
@@ -68,3 +76,34 @@ def staged_outputs(results_dir: Path, outputs: list[Path]) -> Iterator[Path]:
             os.replace(src, dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(held)
+
+
+def remove_stale_staging(results_dir: Path) -> None:
+    """Remove the staging folders of compiles that were killed before their cleanup (kill -9,
+    a lost node): each compile holds an flock on its own staging folder while it lives, and
+    the kernel drops it with the process, so a folder nobody holds is stale. A running
+    compile's is kept."""
+    for folder in results_dir.glob(f"{STAGING}*"):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a compile at work
+        else:
+            shutil.rmtree(folder, ignore_errors=True)  # its links are removed, not followed
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An flock on `folder` itself while the block runs (waits for another holder)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
     _raise_first_error(_validator(None, study), cfg, source=source)
     spec = registry.STUDIES[study]
     check_job_env(cfg, source)
+    check_fixtures_folder(cfg, source)
     check_per_dataset(cfg, spec, source)
     for name, exp in cfg["experiments"].items():
         if exp["dataset"] not in cfg["datasets"]:
@@ -114,6 +116,22 @@ def check_job_env(cfg: dict[str, Any], source: str) -> None:
                 f"{source}: job_env: {name!r} names a file or library to write or load ({hit}): job_env "
                 "takes the numeric libraries' settings only"
             )
+
+
+def check_fixtures_folder(cfg: dict[str, Any], source: str) -> None:
+    """`fixtures:` is a folder the workflow's fixtures job writes, read from the working
+    folder (the checkout, where Snakemake and DVC run and data/ and results/ go): it must lie
+    inside it, so that a config cannot make a job write elsewhere (`../../x`). Compared as
+    written, not through links: data/ may link out of the checkout."""
+    folder = cfg.get("fixtures")
+    if not folder:
+        return
+    here = Path.cwd()
+    if here not in Path(os.path.normpath(here / folder)).parents:
+        raise ConfigError(
+            f"{source}: fixtures: {folder!r} is not inside the working folder {here}: name a folder in "
+            "it (config/small.yaml's is data/small/fixtures)"
+        )
 
 
 def check_grid_ids(exp: dict[str, Any], where: str) -> None:

@@ -33,8 +33,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dvc-name",
         metavar="NAME",
-        help="with --dvc-params: the name DVC runs it under (default: the config's + '-dvc', so "
-        "that DVC's runs and experiments never rewrite what Snakemake built under the config's name)",
+        help="with --dvc-params: the name DVC runs it under, ending in '-dvc' (default: the config's + "
+        "'-dvc', so that DVC's runs and experiments never rewrite what Snakemake built under a suite's name)",
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn.errors import ConfigError
 from psrnn.workflow import shown
 
 # Top-level keys each DVC stage tracks in params.yaml (dvc.yaml lists the same; a test
@@ -37,10 +38,17 @@ def dvc_params(path: str | Path, name: str | None = None) -> str:
     with `--configfile params.yaml`. Its name (data/<name>, results/<name>) is the
     config's + "-dvc" unless given: a DVC experiment rewrites its outputs in place, and
     must not rewrite what `snakemake --configfile <config>` built or git holds
-    (results/small is committed).
+    (results/small is committed). A name given must end in "-dvc" too: no suite config's
+    name does, so no other name is sure to be free of every suite's folders (the committed
+    configs', one's own under another name, the bench's and recipe's results/ folders).
     """
     import yaml
 
+    if name is not None and not name.endswith(DVC_SUFFIX):
+        raise ConfigError(
+            f"--dvc-name {name}: DVC's name ends in {DVC_SUFFIX} ({name}{DVC_SUFFIX}, say), so that its "
+            f"stages never rewrite a suite's own data/{name} and results/{name} (results/small is committed)"
+        )
     cfg = C.load_suite(path)
     source = shown(path)
     old = f"{C.data_root(cfg)}/"

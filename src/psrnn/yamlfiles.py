@@ -1,7 +1,8 @@
 """Reading config files: YAML as PyYAML reads it, except that 1e-3 is a number and only
 true/false are booleans (as in YAML 1.2), a repeated key is an error, and a top-level
 `extends: <file>` merges a file over another. Errors are one-line ConfigErrors naming
-`file:line:column`. psrnn.config re-exports these.
+`file:line:column`; a file over MAX_BYTES, or nested deeper than PyYAML's recursion
+reaches, is one too. psrnn.config re-exports these.
 
 Why PyYAML with two resolvers and a duplicate check, not ruamel.yaml (installed with DVC,
 which reads YAML 1.2 and refuses repeated keys itself): Snakemake reads the same config
@@ -78,8 +79,24 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{err.problem}{context}"
 
 
+# The largest committed YAML file (config/paper.yaml) is 17 kB. PyYAML reads a long scalar
+# in quadratic time (a 50 MB one took over 120 s) and a 1 MB list of numbers in 7 s, so a
+# bigger file is refused before it is parsed: it is not a config someone wrote.
+MAX_BYTES = 1_000_000
+# PyYAML composes nested collections recursively: 20,000 `[` end in a RecursionError
+# (about 490 levels load; config/schema.yaml, the deepest committed file, nests 11)
+TOO_DEEP = "nested too deeply (brackets or indentation hundreds of levels deep)"
+
+
 def read_yaml(path: Path) -> Any:
-    """One YAML file; a syntax error is a ConfigError `file:line:column: problem`."""
+    """One YAML file; a syntax error is a ConfigError `file:line:column: problem`, and so is
+    a file over MAX_BYTES (before parsing) or one nested too deeply to parse."""
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ConfigError(
+            f"{path}: {size / 1e6:.1f} MB is too large for a config file (at most {MAX_BYTES / 1e6:g} MB): "
+            "is this the file you meant?"
+        )
     try:
         with path.open("rb") as fh:  # bytes: PyYAML decodes UTF-8/16 whatever the locale
             return yaml.load(fh, Loader=ConfigLoader)
@@ -87,6 +104,8 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise ConfigError(f"{where}: {_yaml_problem(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: {TOO_DEEP}") from None
 
 
 def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -135,4 +154,6 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
             out[key.strip()] = yaml.load(value, Loader=ConfigLoader)
         except yaml.YAMLError as err:
             raise ConfigError(f"--set {item!r}: {_yaml_problem(err)}") from None
+        except RecursionError:
+            raise ConfigError(f"--set {key.strip()}=...: {TOO_DEEP}") from None
     return out
