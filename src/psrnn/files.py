@@ -105,6 +105,34 @@ def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
 STALE_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.(tmp|old)$")
 
 
+def tracked(path: str | Path) -> bool:
+    """Whether git tracks the file (a committed result): False outside a git checkout."""
+    import subprocess
+
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        done = subprocess.run(
+            ["git", "ls-files", "--error-unmatch", "--", p.name], cwd=p.parent, capture_output=True
+        )
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def refuse_committed(paths: list[Path], elsewhere: str) -> None:
+    """A command that would rewrite committed results (`paths` git tracks) refuses before it
+    does any work, in one line naming them, how to write elsewhere, and --overwrite, which
+    allows it: no command the docs show changes a committed file unasked."""
+    found = [str(p) for p in paths if tracked(p)]
+    if found:
+        raise UserError(
+            f"{', '.join(found)}: committed result(s) this command would rewrite; {elsewhere}, or pass "
+            "--overwrite to remake them"
+        )
+
+
 def remove_stale_temps(folder: Path, name: str | None = None) -> None:
     """Remove the temporary files and folders a killed writer left in `folder` (only those
     of target `name` when given); call it only where no other writer can be at work."""

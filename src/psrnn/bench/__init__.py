@@ -88,8 +88,8 @@ from psrnn.bench.speed import (
 )
 from psrnn.bench.stored import budget_from_file, load_times, when
 from psrnn.errors import UserError
-from psrnn.files import read_json, write_json, write_text
-from psrnn.machine import bench_environment, git_commit, load_average
+from psrnn.files import read_json, refuse_committed, write_json, write_text
+from psrnn.machine import bench_environment, device_slug, git_commit, load_average
 
 # --- command line --------------------------------------------------------------------------
 
@@ -102,6 +102,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="output folder (default results/bench, or results/bench/quick with --quick)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="remake output files that are committed results (refused without)",
+    )
     p.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)} (default all)")
     p.add_argument("--shapes", help=f"comma-separated shapes for train: {','.join(SHAPES)} (default all)")
     p.add_argument(
@@ -242,12 +247,20 @@ def run(args: argparse.Namespace) -> int:
     config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
     out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))
     if args.times_from:
-        result = recomputed_budget(args, config_path)
-        name = args.name or f"{result['environment']['device_slug']}-{config_path.stem}-budget-recomputed"
+        stored = load_times(Path(args.times_from))["environment"].get("device_slug")
+        name = args.name or f"{stored}-{config_path.stem}-budget-recomputed"
         if (out_dir / f"{name}.json").resolve() == Path(args.times_from).resolve():
             raise UserError(f"--times-from {args.times_from}: the output would overwrite it (pick --name)")
+        if not args.overwrite:
+            refuse_committed(
+                [out_dir / f"{name}.json", out_dir / f"{name}.md"], "pick another --name or --out"
+            )
+        result = recomputed_budget(args, config_path)
     else:
         device = pick_device(args.device)
+        if not args.overwrite:
+            slug = args.name or device_slug(device)
+            refuse_committed([out_dir / f"{slug}.json", out_dir / f"{slug}.md"], "pick --name or --out")
         sections = parse_list(args.only, SECTIONS, "section")
         shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
         s = settings_for(args, device)

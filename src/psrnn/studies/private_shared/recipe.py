@@ -36,7 +36,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn.errors import UserError
-from psrnn.files import read_json, write_text
+from psrnn.files import read_json, refuse_committed, write_text
 from psrnn.studies.private_shared import settings as S
 from psrnn.studies.private_shared.recipe_plan import (  # noqa: F401 (re-exports: the study file and its runs)
     OPTIONAL_KEYS,
@@ -392,6 +392,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="data/recipe", help="folder for the cut and prepared digits")
     p.add_argument("--only", help="comma-separated recipe names (default: all)")
     p.add_argument(
+        "--overwrite", action="store_true", help="remake a table that is a committed result (refused without)"
+    )
+    p.add_argument(
         "--no-train",
         action="store_true",
         help="train nothing: tabulate the epochs every run has finished so far (unfinished runs are "
@@ -420,6 +423,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"--only: unknown recipe(s) {', '.join(unknown)}; known: {', '.join(study['recipes'])}"
         )
+    if not args.overwrite:  # the committed tables are made from runs this clone does not have
+        refuse_committed([Path(args.out) / "recipe.csv", Path(args.out) / "recipe.md"], "pick another --out")
     if not Path(args.digits).is_dir():
         raise UserError(f"--digits {args.digits}: no such folder")
     configs, histories = run_study(
@@ -431,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
     command += f" --out {args.out}" if args.out != "results/recipe" else ""
     command += f" --only {args.only}" if args.only else ""
     command += " --no-train" if args.no_train else ""
+    command += " --overwrite" if args.overwrite else ""
     from psrnn.machine import cpu_name, load_average
 
     load = load_average()
