@@ -326,6 +326,7 @@ def test_relreg_outputs_are_in_snakemakes_report_with_the_thesis_tables():
         "fig44_loading_epochs.png",
         "table45.csv",
         "table45_thesis.csv",
+        "verdicts_forest.png",
     ]
     assert shown["table45.csv"][1]["shows"].startswith("Table 4.5 of the thesis as our grid search selects")
     assert shown["table45_thesis.csv"][1]["shows"].startswith("Table 4.5 of the thesis with each row trained")

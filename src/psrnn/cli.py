@@ -60,6 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "psrnn.studies.private_shared.results.paper",
         "build the paper PDF from the compiled tables and figures",
     ),
+    "explain": ("psrnn.explain", "print the runs behind one cell of a compiled table, and its verdict"),
     "check": ("psrnn.engine.regression", "compare runs' metrics with committed expected values"),
     "stale": (
         "psrnn.engine.stale",

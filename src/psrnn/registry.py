@@ -9,7 +9,8 @@ run-settings dataclass and its checks, its schema overlay (entries replacing tho
 config/schema.yaml), its hooks (the science the engine calls: data, model, optimizer, one
 epoch, evaluation, the run's own outputs; a subclass of psrnn.engine.hooks.Hooks), its
 results module (`output_paths(cfg)` and `compile(cfg, results_dir, reference)`), its
-reference numbers, and the facts the shared code asks of it; all by module name, so that
+reference numbers, what `explain` asks of a table cell, and the facts the shared code asks
+of it; all by module name, so that
 reading them imports nothing of the study. Adding a study is one folder under
 src/psrnn/studies/ and one line in PLUGINS (docs/extending.md).
 """
@@ -57,6 +58,10 @@ class Study:
     # on (`datasets.<ds>.settings.<key>: {value, evidence}`), never for all datasets at once
     # in `defaults:`; a paper-scale config must choose them for every dataset it trains on
     per_dataset: tuple[str, ...] = ()
+    # "module:function(cfg, results_dir, reference, table, row, column)" returning the
+    # psrnn.explain.Cell of one cell of its compiled tables, the runs behind it and its
+    # verdict (`python -m psrnn explain`; None: the study explains none)
+    explain: str | None = None
 
     def settings(self) -> type:
         return load(self.run_config)

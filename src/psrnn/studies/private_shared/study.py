@@ -43,4 +43,5 @@ STUDY = Study(
         "params_head": "count",
         "params_aux": "count",
     },
+    explain="psrnn.studies.private_shared.results.explain:explain",
 )

@@ -19,6 +19,15 @@ FIGURE_TITLES = {  # also their captions in REPORT.md
     "fig44_loading_epochs": "Figure 4.4: histogram of the loading probabilities on the validation "
     "data after each epoch",
 }
+FOREST_TITLE = (  # psrnn.studies.relreg.forest; drawn for a paper-scale config (psrnn.report.forest_drawn)
+    "Table 4.5's verdicts: per experiment and number of bits, the thesis' value in its margin and our "
+    "mean with its 95% interval, coloured by verdict"
+)
+FOREST_SENTENCE = (
+    "The forest plot [`figures/verdicts_forest.png`](figures/verdicts_forest.png) shows every cell of "
+    "both Table 4.5s with a thesis value and runs: the thesis' value (open diamond) in its equivalence "
+    "margin (grey band) and our mean with the 95 % interval the verdict uses, coloured by the verdict."
+)
 REPORT_CAPTIONS = {
     "table45": "Table 4.5 of the thesis as our grid search selects its rows: test sequence accuracy "
     "(%, exact match) per number of bits of the Binary Counter, the thesis' beside ours (mean [95% "
@@ -31,6 +40,7 @@ REPORT_CAPTIONS = {
     "changed (the Transformer's causal mask, the numbers selected on), with the difference of their "
     "means per number of bits (95% interval)",
     **FIGURE_TITLES,
+    "verdicts_forest": FOREST_TITLE,
     "REPORT": "the reproduction report: the study's choices, grids against Tables 4.1-4.4, verdicts of "
     "Table 4.5, the ablations, provenance",
     "metrics": "summary metrics: mean test sequence and bit accuracy per experiment and number of bits",

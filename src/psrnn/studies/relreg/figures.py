@@ -6,6 +6,7 @@ fig41_lstm_vs_proto    sequence accuracy against bits, one line per grid point: 
 fig42_regularizers     the same for the proto-LSTMs with each regularization (2 x 2 panels)
 fig43_loading_steps    loading probability per step and cell, two 9-bit examples (heat maps)
 fig44_loading_epochs   histogram of the loading probabilities per epoch (heat map and ridges)
+verdicts_forest        both Table 4.5s' verdicts as a forest plot (psrnn.studies.relreg.forest)
 
 Which reference rows each figure shows is config/relreg-reference.yaml's `figure_panels`.
 Saved with psrnn.report.figures.save under its STYLE, so the same runs give the same bytes;
@@ -31,7 +32,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn import config as C  # noqa: E402
-from psrnn.report import fmt  # noqa: E402
+from psrnn.report import FOREST, fmt, forest_drawn  # noqa: E402
 from psrnn.report.collect import Run, load_npz  # noqa: E402
 from psrnn.report.figures import STYLE, save  # noqa: E402
 from psrnn.report.figures import figure as _titled  # noqa: E402
@@ -39,6 +40,7 @@ from psrnn.report.figures import placeholder as _placeholder  # noqa: E402
 from psrnn.studies.relreg.captions import FIGURE_TITLES  # noqa: E402
 from psrnn.studies.relreg.collect import RelRegSuite, bit_counts, reference_rows, seq_at, sweep_points  # noqa: E402
 from psrnn.studies.relreg.compare import longest  # noqa: E402
+from psrnn.studies.relreg.forest import verdicts_forest  # noqa: E402
 
 REGULARIZERS = ("l2", "l2_cell", "l2_noncell", "noise")  # the run settings Figures 4.1-4.2 sweep
 
@@ -341,12 +343,15 @@ def fig44_loading_epochs(s: RelRegSuite) -> Figure:
 
 
 def figure_builders(s: RelRegSuite) -> list[tuple[str, Any]]:
-    """(stem, builder) of every figure in FIGURE_TITLES' order."""
+    """(stem, builder) of every figure in FIGURE_TITLES' order, then the verdicts' forest plot
+    where the config draws it (psrnn.report.forest_drawn)."""
+    forest = [(FOREST, lambda: verdicts_forest(s))] if forest_drawn(s.cfg) else []
     return [
         ("fig41_lstm_vs_proto", lambda: sweeps(s, "fig41_lstm_vs_proto", 1, 2)),
         ("fig42_regularizers", lambda: sweeps(s, "fig42_regularizers", 2, 2)),
         ("fig43_loading_steps", lambda: fig43_loading_steps(s)),
         ("fig44_loading_epochs", lambda: fig44_loading_epochs(s)),
+        *forest,
     ]
 
 

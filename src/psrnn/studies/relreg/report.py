@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.report import fmt
+from psrnn.report import FOREST, fmt
 from psrnn.report.provenance import notes_lines, run_time_line, search_points, tally_lines
 from psrnn.report.tables import Table, to_markdown
 from psrnn.studies.relreg import verdicts as V
 from psrnn.studies.relreg.ablations import ablation_lines
-from psrnn.studies.relreg.captions import FIGURE_TITLES
+from psrnn.studies.relreg.captions import FIGURE_TITLES, FOREST_SENTENCE, FOREST_TITLE
 from psrnn.studies.relreg.collect import (
     FIXED,
     REFERENCE_PATH,
@@ -70,6 +70,7 @@ def report_markdown(s: RelRegSuite, t: Table, tt: Table, ab: Table, outputs: lis
         "",
         *summary_lines(s),
         "",
+        *([FOREST_SENTENCE, ""] if f"figures/{FOREST}.png" in outputs else []),
         "## Provenance",
         "",
         *provenance(s),
@@ -138,10 +139,11 @@ def report_markdown(s: RelRegSuite, t: Table, tt: Table, ab: Table, outputs: lis
 
 def figure_lines(outputs: list[str]) -> list[str]:
     """Each compiled figure's PNG, embedded, with its title as the caption."""
+    titles = {**FIGURE_TITLES, FOREST: FOREST_TITLE}
     out = []
     for o in outputs:
-        if o.endswith(".png") and Path(o).stem in FIGURE_TITLES:
-            out += [f"![{FIGURE_TITLES[Path(o).stem]}]({o})", "", f"*{FIGURE_TITLES[Path(o).stem]}.*", ""]
+        if o.endswith(".png") and Path(o).stem in titles:
+            out += [f"![{titles[Path(o).stem]}]({o})", "", f"*{titles[Path(o).stem]}.*", ""]
     return out
 
 

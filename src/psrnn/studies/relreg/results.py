@@ -13,6 +13,8 @@ Writes under results/<name>/:
     tables/ablations.{csv,md,tex}   Table 4.5a: the ablations of Table 4.5 rows
     (psrnn.studies.relreg.ablations)
     figures/{fig41_lstm_vs_proto,fig42_regularizers,fig43_loading_steps,fig44_loading_epochs}.{pdf,png,svg}
+    figures/verdicts_forest.{pdf,png,svg}   both Table 4.5s' verdicts as a forest plot, at paper
+    scale (psrnn.studies.relreg.forest)
     REPORT.md, metrics.json    (REPORT.md: psrnn.studies.relreg.report)
 
 What each shows: psrnn.studies.relreg.captions.
@@ -38,7 +40,7 @@ import pandas as pd
 
 from psrnn import config as C
 from psrnn.files import write_json, write_text
-from psrnn.report import FIGURE_FORMATS, TABLE_FORMATS, curves, fmt
+from psrnn.report import FIGURE_FORMATS, FOREST, TABLE_FORMATS, curves, fmt, forest_drawn
 from psrnn.report.collect import Suite, load_reference
 from psrnn.report.provenance import hours
 from psrnn.report.stats import summarize
@@ -83,6 +85,7 @@ def output_paths(cfg: dict[str, Any]) -> list[Path]:
             for ext in TABLE_FORMATS
         ]
         + [root / "figures" / f"{stem}.{ext}" for stem in FIGURE_TITLES for ext in FIGURE_FORMATS]
+        + ([root / "figures" / f"{FOREST}.{ext}" for ext in FIGURE_FORMATS] if forest_drawn(cfg) else [])
         + curves.output_paths(root, C.enabled_experiments(cfg))
         + [root / "REPORT.md", root / "metrics.json"]
     )

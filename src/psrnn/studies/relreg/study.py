@@ -30,4 +30,5 @@ STUDY = Study(
     },
     group_key="psrnn.studies.relreg.settings:group_key",
     fused="psrnn.studies.relreg.fused",
+    explain="psrnn.studies.relreg.explain:explain",
 )

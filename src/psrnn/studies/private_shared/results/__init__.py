@@ -12,6 +12,7 @@ hidden_states.npz, grad_norms.npz), `data/<name>/prepared/<dataset>/manifest.jso
 
     tables/table{1,2,3,4}.{csv,md,tex}, tables/psrnn-config.tex (config macros for paper/main.tex)
     figures/{fig1_gradient_norms,fig2_shared_proportion,fig3_hidden_states,curves_<exp>}.{pdf,png,svg}
+    figures/verdicts_forest.{pdf,png,svg}   Table 2's verdicts as a forest plot (forest)
     REPORT.md, metrics.json (summary for `dvc metrics show`)
     (paper/paper.pdf and paper/build.json come from `python -m psrnn paper`,
     psrnn.studies.private_shared.results.paper)
@@ -20,7 +21,8 @@ Same inputs give byte-identical outputs; unfinished runs are shown as missing ("
 Every study's config is compiled by its results module (psrnn.registry): the first
 study's is psrnn.studies.private_shared.results.compile, the second's
 psrnn.studies.relreg.results (Table 4.5 and Figures 4.1-4.4); both build on psrnn.report.
-Modules: compile (the command), collect (reading), stats, tables, figures, report, paper.
+Modules: compile (the command), collect (reading), stats, tables, figures, forest, report,
+paper.
 This file holds what the workflow needs without them: the output names and figure titles.
 """
 
@@ -35,7 +37,16 @@ FIGURE_TITLES = {  # the figures' titles, also their captions in REPORT.md and -
     "fig2_shared_proportion": "Figure 2: accuracy and losses against the shared proportion (CIFAR-10)",
     "fig3_hidden_states": "Figure 3: hidden-state pictures "
     "(each unit's values over time, one square per unit)",
+    # not the paper's: Table 2's verdicts (psrnn.studies.private_shared.results.forest), drawn
+    # where psrnn.report.forest_drawn says
+    "verdicts_forest": "Table 2's verdicts: per row, the paper's accuracy in its margin and our mean "
+    "with its 95% interval, coloured by verdict",
 }
+FOREST_SENTENCE = (
+    "The forest plot [`figures/verdicts_forest.png`](figures/verdicts_forest.png) shows every Table 2 "
+    "row this config runs: the paper's accuracy (open diamond) in its equivalence margin (grey band) "
+    "and our mean with the 95 % interval the verdict uses, coloured by the verdict."
+)
 
 
 def paper_figures(cfg: dict[str, Any]) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn.report import FIGURE_FORMATS, TABLE_FORMATS, curves
+from psrnn.report import FIGURE_FORMATS, FOREST, TABLE_FORMATS, curves, forest_drawn
 from psrnn.studies.private_shared.results import TABLES, paper_figures
 
 
@@ -44,7 +44,8 @@ def compile_all(s, results_dir: Path) -> list[Path]:
 def output_paths(cfg: dict[str, Any]) -> list[Path]:
     """Every file `compile` writes for a validated first-study suite config."""
     root = C.results_root(cfg)
-    stems = [*paper_figures(cfg), *(f"curves_{e}" for e in C.enabled_experiments(cfg))]
+    forest = [FOREST] if forest_drawn(cfg) else []
+    stems = [*paper_figures(cfg), *forest, *(f"curves_{e}" for e in C.enabled_experiments(cfg))]
     return (
         [root / "tables" / f"{t}.{ext}" for t in TABLES for ext in TABLE_FORMATS]
         + [root / "tables" / "psrnn-config.tex"]

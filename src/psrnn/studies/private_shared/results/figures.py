@@ -6,6 +6,7 @@ fig2_shared_proportion  accuracy and losses against the shared proportion, side 
 fig3_hidden_states      each hidden unit's T values as a square picture (paper Fig. 3)
 curves_<experiment>     validation accuracy and losses per epoch, seeds overlaid
 fig1_gradient_norms     beyond the paper: a measured version of its schematic Figure 1
+verdicts_forest         beyond the paper: Table 2's verdicts as a forest plot (forest)
 
 Figures use matplotlib's object API (no pyplot state) under one rc context: fixed font,
 DPI, SVG hash salt and metadata without dates, so the same runs give the same bytes.
@@ -26,10 +27,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from psrnn.report import FOREST, forest_drawn  # noqa: E402
 from psrnn.report.collect import Suite, load_history, load_npz, shared_percent  # noqa: E402
 from psrnn.report.figures import STYLE, figure, placeholder, save  # noqa: E402,F401 (save: for compile)
 from psrnn.studies.private_shared.results import FIGURE_TITLES as TITLES  # noqa: E402
 from psrnn.studies.private_shared.results import paper_figures  # noqa: E402
+from psrnn.studies.private_shared.results.forest import verdicts_forest  # noqa: E402
 from psrnn.studies.private_shared.results.tables import best_experiment, metric, table2_experiments  # noqa: E402
 
 COLORS = {"acc": "C0", "main": "C1", "aux": "C2"}
@@ -332,14 +335,16 @@ def fig1_gradient_norms(s: Suite) -> Figure:
 
 def figure_builders(s: Suite) -> list[tuple[str, Callable[[], Figure]]]:
     """(stem, builder) of every figure the config can draw
-    (psrnn.studies.private_shared.results.paper_figures), in a
-    fixed order (builders run under STYLE)."""
+    (psrnn.studies.private_shared.results.paper_figures, then the verdicts' forest plot where
+    psrnn.report.forest_drawn says), in a fixed order (builders run under STYLE)."""
     paper = {
         "fig1_gradient_norms": lambda: fig1_gradient_norms(s),
         "fig2_shared_proportion": lambda: fig2_shared_proportion(s),
         "fig3_hidden_states": lambda: fig3_hidden_states(s),
     }
     out = [(stem, paper[stem]) for stem in paper_figures(s.cfg)]
+    if forest_drawn(s.cfg):
+        out.append((FOREST, lambda: verdicts_forest(s)))
     for exp in s.experiments:
         out.append((f"curves_{exp}", lambda exp=exp: curves(s, exp)))
     return out

@@ -55,9 +55,20 @@ def number_row(
         fmt.ci(ours, digits),
         str(ours.n),
         fmt.signed(diff, digits),
-        verdict(paper, ours, scale is None, scale=scale or stats.SMALL),
+        row_verdict(paper, ours, scale),
     ]
     return "| " + " | ".join(fmt.md(c) for c in cells) + " |"
+
+
+def row_verdict(paper: float | None, ours: Summary, scale: str | None) -> str:
+    """The verdict of one paper number against ours (scale: as number_row's), which REPORT.md,
+    the forest plot and `psrnn explain` print."""
+    return verdict(paper, ours, scale is None, scale=scale or stats.SMALL)
+
+
+def scale_of(s: Suite) -> str | None:
+    """number_row's `scale` of a suite: None at paper scale, else what the config is."""
+    return None if s.paper_scale else s.scale_name
 
 
 NUMBER_HEADER = [
@@ -105,7 +116,7 @@ def table2_lines(s: Suite) -> list[str]:
                 f"{ref['id']} accuracy % ({exp})",
                 ref["acc"],
                 acc,
-                None if s.paper_scale else s.scale_name,
+                scale_of(s),
                 2,
                 1,
             )
@@ -184,7 +195,7 @@ def table4_lines(s: Suite) -> list[str]:
                         f"{ref['id']} {label} ({exp or 'no experiment'})",
                         ref[key],
                         ours,
-                        None if s.paper_scale else s.scale_name,
+                        scale_of(s),
                         digits,
                         pd,
                     )

@@ -14,11 +14,12 @@ import math
 from collections import Counter
 from typing import Any
 
-from psrnn.report import fmt
+from psrnn.report import FOREST, fmt
 from psrnn.report.collect import Suite, all_runs  # noqa: F401 (re-export)
 from psrnn.report.provenance import hours, notes_lines, reused_note, run_time_line, search_points, tally_lines  # noqa: F401
 from psrnn.report.stats import MARGIN_PP
 from psrnn.studies.private_shared.results import FIGURE_TITLES as TITLES
+from psrnn.studies.private_shared.results import FOREST_SENTENCE
 from psrnn.studies.private_shared.results.deviations import deviation_lines
 from psrnn.studies.private_shared.results.inert import inert_lines
 from psrnn.studies.private_shared.results.numbers import (
@@ -180,6 +181,14 @@ def single_seed_lines(s: Suite) -> list[str]:
     ]
 
 
+def forest_lines(s: Suite, outputs: list[str]) -> list[str]:
+    """The sentence that points to the forest plot of Table 2's verdicts, where it is drawn."""
+    if f"figures/{FOREST}.png" not in outputs:
+        return []
+    scale = "" if s.paper_scale else f' At this {s.scale_name} every row reads "not assessed".'
+    return ["", FOREST_SENTENCE + scale]
+
+
 def report_markdown(s: Suite, outputs: list[str]) -> str:
     head = [f"# Reproduction report: config `{s.name}`", ""]
     if not s.paper_scale:
@@ -196,7 +205,7 @@ def report_markdown(s: Suite, outputs: list[str]) -> str:
         ]
     findings = findings_lines(s)
     if findings:
-        head += ["## Findings", "", *findings, *single_seed_lines(s), ""]
+        head += ["## Findings", "", *findings, *single_seed_lines(s), *forest_lines(s, outputs), ""]
     parts = (
         head
         + provenance(s)
