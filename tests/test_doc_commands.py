@@ -44,6 +44,7 @@ COSTLY = {
     "python -m psrnn download": "the network (official mirrors)",
     "python -m psrnn prepare": "needs the downloaded archives",
     "dvc ": "DVC runs the pipeline (minutes) or compares experiments made by it",
+    "git add dvc.lock": "commits the DVC tour's baseline, after `dvc repro`",
     "pytest tests/test_data_imdb_real.py": "needs the real IMDB archive",
     "apptainer build": "builds a container image (minutes; as root)",
     "sudo apptainer build": "builds a container image (minutes; as root)",

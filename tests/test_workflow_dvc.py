@@ -383,6 +383,10 @@ def test_dvc_exp_run_sets_a_default_and_retrains_only_the_runs(dvc_repo):
     }
     run = json.loads((repo / f"results/{NAME}/runs/mnist_gru/seed0/metrics.json").read_text())
     assert run["config"]["lr"] == 0.01
+    # -S rewrote params.yaml as DVC writes YAML, which is how dvcparams writes it: one line moved
+    changed = sh(dvc_repo, "git", "diff", "-U0", "--", "params.yaml").stdout
+    moved = [x for x in changed.splitlines() if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+    assert moved == ["-  lr: 0.03", "+  lr: 0.01"], changed
     diff = sh(dvc_repo, sys.executable, "-m", "dvc", "params", "diff").stdout
     assert re.search(r"params\.yaml\s+defaults\.lr\s+0\.03\s+0\.01", diff), diff
     assert "acc" in sh(dvc_repo, sys.executable, "-m", "dvc", "metrics", "diff").stdout

@@ -75,4 +75,18 @@ def dvc_params(path: str | Path, name: str | None = None) -> str:
         f"# runs and experiments in data/{cfg['name']} and results/{cfg['name']}, apart from\n"
         f"# what `snakemake --configfile {source}` builds (and git holds).\n"
     )
-    return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None, width=100)
+    return as_dvc_writes(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False, width=100))
+
+
+def as_dvc_writes(text: str) -> str:
+    """The YAML as DVC writes it back after `dvc exp run -S key=value` (its own round-trip
+    parse and dump, dvc.utils.serialize): written so, a -S changes the line of its key and
+    nothing else (PyYAML's layout was re-flowed in 58 lines for one key)."""
+    import io
+
+    from dvc.utils.serialize import parse_yaml_for_update
+    from dvc.utils.serialize._yaml import _dump
+
+    out = io.StringIO()
+    _dump(parse_yaml_for_update(text, "params.yaml"), out)
+    return out.getvalue()
