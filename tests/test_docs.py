@@ -20,9 +20,12 @@ def test_the_readme_is_short_and_opens_with_the_two_commands():
     assert len(lines) <= 100, len(lines)
     block = lines[lines.index("```bash") + 1 : lines.index("```")]
     assert [x.split("#")[0].split("&& ")[1].strip() for x in block] == [
-        "uv run --frozen snakemake --cores all --configfile config/small.yaml",
-        "uv run --frozen pytest",
+        ".tools/bin/uv run --frozen snakemake --cores all --configfile config/small.yaml",
+        ".tools/bin/uv run --frozen pytest",
     ]
+    # uv into a folder of its own: pip's --target is no install into Debian's externally
+    # managed Python (PEP 668), which refused `pip install uv`
+    assert all(x.startswith("python3 -m pip install -q --target .tools uv==") for x in block)
     assert "uv run --frozen pytest" in (ROOT / ".ci" / "run").read_text()  # CI runs the same
     assert len(PAGES) >= 10  # the rest lives in docs/
 
