@@ -17,6 +17,7 @@ from psrnn import config as C
 from psrnn import dvcparams as D
 from psrnn import registry
 from psrnn import workflow as W
+from psrnn.yamlfiles import read_yaml
 
 ROOT = C.ROOT
 NAME = C.load_suite(ROOT / "params.yaml")["name"]  # small-dvc: DVC's own folders (dvcparams.dvc_params)
@@ -175,7 +176,7 @@ def test_each_compile_stage_depends_on_its_studys_reference_and_schema():
 
 def test_an_experiment_edit_is_no_data_edit():
     """Snakemake's granularity, DVC's view: a dataset's keys are not an experiment's."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = read_yaml(ROOT / "params.yaml")  # as DVC writes it: YAML 1.2 (`latex: off` is a string)
     data_view = {k: params[k] for k in D.DVC_STAGE_PARAMS["data"]}
     params["experiments"]["mnist_gru"]["window"] = 7
     params["defaults"]["lr"] = 0.01
