@@ -5,6 +5,7 @@ No test touches the network: every source is a fixture folder in tmp_path or a s
 """
 
 import http.server
+import io
 import os
 import threading
 from pathlib import Path
@@ -252,3 +253,26 @@ def test_a_small_config_download_by_hand_before_its_fixtures_says_how_to_write_t
     assert main(["fixtures", "data/small/fixtures"]) == 0
     assert main(["download", "mnist", "--config", small]) == 0
     assert (tmp_path / "data" / "small" / "raw" / "mnist" / "download.json").is_file()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_download_shows_its_bytes_on_a_terminal_and_nothing_in_a_log(fx, tmp_path, monkeypatch):
+    """A byte progress bar per file (tqdm) where stderr is a terminal; a job's log file
+    (not a terminal) gets none of it."""
+    opts = offline(mirrors=[(fx / "mnist").as_uri()], md5=str(fx / "mnist" / "MD5SUMS"))
+    shown = Terminal()
+    monkeypatch.setattr("sys.stderr", shown)
+    D.download("mnist", tmp_path / "a", opts)
+    text = shown.getvalue()
+    for name in MNIST:  # e.g. "t10k-labels-idx1-ubyte.gz: 100%|##########| 178/178 [00:00<00:00, 2.28MB/s]"
+        size = (fx / "mnist" / name).stat().st_size
+        total = str(size) if size < 1000 else f"{size / 1000:.1f}k"
+        assert f"\r{name}: 100%|##########| {total}/{total} [" in text, (name, text[-300:])
+    logged = io.StringIO()
+    monkeypatch.setattr("sys.stderr", logged)
+    D.download("mnist", tmp_path / "b", opts)
+    assert "100%" not in logged.getvalue()

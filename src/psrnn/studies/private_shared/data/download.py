@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from psrnn import __version__, files
 from psrnn.errors import UserError
 from psrnn.studies.private_shared.data.sources import Source, source
@@ -164,10 +166,21 @@ def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(tmp, "wb") as out:
                 length = resp.headers.get("Content-Length")
-                while block := resp.read(CHUNK):
-                    out.write(block)
-                    h.update(block)
-                    n += len(block)
+                # bytes so far, on a terminal only (tqdm's disable=None): a job's log gets none
+                with tqdm(
+                    total=int(length) if length else None,
+                    unit="B",
+                    unit_scale=True,
+                    desc=target.name,
+                    file=sys.stderr,
+                    disable=None,
+                    mininterval=1.0,
+                ) as bar:
+                    while block := resp.read(CHUNK):
+                        out.write(block)
+                        h.update(block)
+                        n += len(block)
+                        bar.update(len(block))
         except urllib.error.HTTPError as err:
             if _transient_http(err):
                 raise TransientError(f"HTTP {err.code} {err.reason}") from None
