@@ -110,24 +110,7 @@ def trained(tmp_path_factory):
     for name, extra in CI_CONFIGS.items():
         cfg = {"extends": str(C.ROOT / "config" / "relreg-ci.yaml"), "name": f"restamp-{name}", **extra}
         (root / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "snakemake",
-                "-s",
-                str(C.ROOT / "Snakefile"),
-                "--directory",
-                str(root),
-                "--configfile",
-                str(root / f"{name}.yaml"),
-                "--cores",
-                "2",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        done = snakemake(str(root / f"{name}.yaml"), "--cores", "2", "--directory", str(root))
         assert done.returncode == 0, done.stderr[-2000:]
     return root
 
@@ -247,23 +230,14 @@ def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(c
     assert all(read_json(p)["training_code"] == OLD for p in C.results_root(cfg).rglob("metrics.json"))
 
 
+def snakemake(config: str, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake on this checkout's Snakefile with the suite `config`, from the working folder."""
+    argv = [sys.executable, "-m", "snakemake", "-s", str(C.ROOT / "Snakefile"), "--configfile", config, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900)
+
+
 def snakemake_plan(config: str) -> str:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(C.ROOT / "Snakefile"),
-            "--configfile",
-            config,
-            "--cores",
-            "1",
-            "-n",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = snakemake(config, "--cores", "1", "-n")
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
