@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from psrnn import config as C
 from psrnn import registry
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         from psrnn.dvcparams import dvc_params
 
         write_text(args.dvc_params, dvc_params(args.path, args.dvc_name))
-        print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
+        logging.getLogger("psrnn").info(
+            "wrote %s: %s resolved; `dvc repro` runs it", args.dvc_params, args.path
+        )
         return 0
     cfg = C.load_suite(args.path)
     if args.params:
