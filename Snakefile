@@ -48,7 +48,7 @@ SUITE = W.suite_path(
 if not workflow.overwrite_configfiles:
     print(
         f"psrnn: no --configfile: running {DEFAULT_SUITE} (toy models, a few CPU-minutes); "
-        "the paper's grid: --configfile config/paper.yaml; the others: config/*.yaml",
+        "the paper's grid: --configfile config/paper.yaml; every config: config/README.md",
         file=sys.stderr,
     )
 try:

@@ -201,7 +201,7 @@ def test_without_a_configfile_snakemake_runs_the_small_config_and_says_so(tmp_pa
     notice = [line for line in bare.stderr.splitlines() if line.startswith("psrnn: ")]
     assert notice == [
         "psrnn: no --configfile: running config/small.yaml (toy models, a few CPU-minutes); "
-        "the paper's grid: --configfile config/paper.yaml; the others: config/*.yaml"
+        "the paper's grid: --configfile config/paper.yaml; every config: config/README.md"
     ]
     assert "psrnn: no --configfile" not in named.stderr
 
@@ -503,6 +503,7 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
     assert main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out)]) == 0
     params = yaml.safe_load(out.read_text())
     quick = C.load_suite(ROOT / "config" / "quick.yaml")
+    quick.pop("catalogue")  # what the file says of itself (config/README.md), not a setting
     # DVC runs it under its own name: its runs and experiments never rewrite quick's
     assert C.load_suite(out) == {**quick, "name": "quick-dvc", "fixtures": "", "job_env": {}}
     for keys in D.DVC_STAGE_PARAMS.values():
@@ -581,6 +582,7 @@ REFERENCE = re.compile(r"(?<![\w/.-])((?:config|src|tests|containers|profiles|pa
         "README.md",
         "Snakefile",
         "dvc.yaml",
+        "config/README.md",
         "containers/README.md",
         "data/README.md",
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),

@@ -42,6 +42,7 @@ def dvc_params(path: str | Path, name: str | None = None) -> str:
     import yaml
 
     cfg = C.load_suite(path)
+    cfg.pop("catalogue", None)  # what the file says of itself (config/README.md), not a setting
     source = shown(path)
     old = f"{C.data_root(cfg)}/"
     cfg["name"] = name or cfg["name"] + DVC_SUFFIX
