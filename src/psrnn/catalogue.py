@@ -111,7 +111,7 @@ def by_study(suites: list[Suite]) -> list[tuple[str, list[Suite]]]:
 
 
 def sharing(suites: list[Suite], suite: Suite) -> str:
-    """ " (with b.yaml)" when other configs write the same results folder (one name), else ""."""
+    """The note `(with b.yaml)` when other configs write the same results folder (one name)."""
     others = [s.file for s in suites if s.results == suite.results and s is not suite]
     return f" (with {', '.join(others)})" if others else ""
 
