@@ -617,6 +617,26 @@ def test_quick_bench_writes_well_formed_json_and_markdown(tmp_path, capsys):
     assert math.isfinite(r["total_s"])
 
 
+def test_the_profile_section_prints_no_profiler_markers(tmp_path):
+    """torch.profiler's kineto writes "USDT: ... profiler_start/stop" on stderr around every
+    measurement; the profile section silences them (bench.profile.KINETO_QUIET), in a fresh
+    process because kineto reads its level once."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    args = ["--quick", "--only", "profile", "--shapes", "mnist", "--isolate", "off", "--repeats", "1"]
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn", "bench", *args, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "profile mnist" in res.stdout and "USDT" not in res.stderr and "profiler_st" not in res.stderr
+
+
 def test_unknown_section_or_shape_is_a_one_line_error(capsys):
     assert main(["bench", "--only", "train,warp"]) == 2
     assert "unknown section warp" in capsys.readouterr().err

@@ -41,15 +41,29 @@ def psrnn(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "psrnn", *args], capture_output=True, text=True)
 
 
-def test_quiet_and_verbose_before_or_after_the_command():
-    """-q drops a command's output and keeps its errors; -v adds debug lines and the
-    traceback behind a one-line error; either goes before or after the command's name."""
+def test_quiet_and_verbose_before_or_after_the_command(tmp_path):
+    """-q drops progress and info lines, keeps what was asked for (config's listing, its
+    --json) and errors; -v adds debug lines and the traceback behind a one-line error;
+    either goes before or after the command's name."""
     small = str(Path(__file__).resolve().parents[1] / "config" / "small.yaml")
     plain = psrnn("config", small)
     assert plain.returncode == 0 and "small: 5 datasets" in plain.stdout and plain.stderr == ""
     for args in (["-q", "config", small], ["config", small, "--quiet"]):
         res = psrnn(*args)
-        assert (res.returncode, res.stdout, res.stderr) == (0, "", ""), args
+        assert (res.returncode, res.stdout, res.stderr) == (0, plain.stdout, ""), args
+    res = psrnn("-q", "config", small, "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["name"] == "small" and res.stderr == ""
+    # an info line: on stderr through the `psrnn` logger, silenced by -q
+    out = tmp_path / "params.yaml"
+    res = psrnn("config", small, "--dvc-params", str(out))
+    assert (res.returncode, res.stdout) == (0, "") and res.stderr.startswith(f"INFO psrnn: wrote {out}: ")
+    res = psrnn("-q", "config", small, "--dvc-params", str(out))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "") and out.is_file()
+    # progress on stdout (a command that writes files): dropped by -q
+    res = psrnn("code-digest", "--out", str(tmp_path / "d"))
+    assert res.returncode == 0 and res.stdout.startswith("code-digest: ")
+    res = psrnn("-q", "code-digest", "--out", str(tmp_path / "d"))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
     res = psrnn("-q", "config", "/nonexistent.yaml")
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == "psrnn config: error: config file not found: /nonexistent.yaml\n"

@@ -168,7 +168,7 @@ def test_snakemake_lint_is_clean(tmp_path, config):
 
 def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
     t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = snakemake("-n", "--quiet", "rules", cwd=tmp_path)  # no --configfile: the paper config
+    res = snakemake("-n", "--quiet", "rules", "--configfile", str(PAPER), cwd=tmp_path)
     t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (t1.ru_utime - t0.ru_utime) + (t1.ru_stime - t0.ru_stime)  # load-proof "seconds"
     assert res.returncode == 0, res.stderr
@@ -190,8 +190,24 @@ def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
     assert f"Using workflow specific profile {ROOT}/profiles/default" in res.stderr
 
 
+def test_without_a_configfile_snakemake_runs_the_small_config_and_says_so(tmp_path):
+    """A bare `snakemake` must not start the paper's 106 H200-hours: it plans the small
+    config, the same jobs as `--configfile config/small.yaml`, and names it in one line."""
+    bare = snakemake("-n", "--quiet", "rules", cwd=tmp_path)
+    named = snakemake("-n", "--quiet", "rules", "--configfile", str(SMALL), cwd=tmp_path)
+    assert bare.returncode == 0 == named.returncode, bare.stderr[-3000:]
+    assert job_counts(bare.stdout) == job_counts(named.stdout)
+    assert job_counts(bare.stdout)["fixtures"] == 1  # the paper config has none
+    notice = [line for line in bare.stderr.splitlines() if line.startswith("psrnn: ")]
+    assert notice == [
+        "psrnn: no --configfile: running config/small.yaml (toy models, a few CPU-minutes); "
+        "the paper's grid: --configfile config/paper.yaml; every config: config/README.md"
+    ]
+    assert "psrnn: no --configfile" not in named.stderr
+
+
 def test_configfile_small_selects_only_the_small_config(tmp_path):
-    """Snakemake merges --configfile into the Snakefile's paper config; the workflow must
+    """Snakemake merges the --configfile files into one `config`; the workflow must
     still see the small config alone: its jobs, its folders, nothing of the paper's."""
     res = snakemake("-n", "--configfile", str(SMALL), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -461,7 +477,8 @@ def test_local_run_gives_training_jobs_the_configs_threads_and_shared_gpu_slots(
     threads (torch's and OpenMP's), and the `gpu` pool is 2 GPUs x jobs_per_gpu;
     `--set-threads` and `--resources gpu=N` override them."""
     cfg, two_gpus = C.load_suite(PAPER), {"CUDA_VISIBLE_DEVICES": "0,1"}
-    res = snakemake("-n", "--cores", "8", cwd=tmp_path, env=two_gpus, timeout=300)
+    paper = ("--configfile", str(PAPER))
+    res = snakemake("-n", "--cores", "8", *paper, cwd=tmp_path, env=two_gpus, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     blocks = train_blocks(res.stdout)
     assert len(blocks) == len(W.final_metrics(cfg)) + 72  # every search and train job
@@ -469,10 +486,12 @@ def test_local_run_gives_training_jobs_the_configs_threads_and_shared_gpu_slots(
     for block in blocks:
         assert f"threads: {threads}\n" in block and f"--threads {threads} " in block, block
         assert f"OMP_NUM_THREADS={threads} python -m psrnn train" in block
-    res = snakemake("-n", "--cores", "8", "--set-threads", "train=2", cwd=tmp_path, env=two_gpus, timeout=300)
+    res = snakemake(
+        "-n", "--cores", "8", "--set-threads", "train=2", *paper, cwd=tmp_path, env=two_gpus, timeout=300
+    )
     assert all("--threads 2 " in b for b in train_blocks(res.stdout) if b.startswith("train"))
     # the pool is printed when jobs start; a --touch run starts one and runs nothing
-    touched = ("--touch", "--cores", "1", W.download_marker(cfg, "mnist"))
+    touched = ("--touch", "--cores", "1", W.download_marker(cfg, "mnist"), *paper)
     res = snakemake(*touched, cwd=tmp_path, env=two_gpus)
     pool = 2 * W.jobs_per_gpu(cfg)
     assert f'Provided resources: gpu=Resource("gpu", {pool})' in res.stderr, res.stderr[-3000:]
@@ -485,6 +504,7 @@ def test_dvc_params_is_the_config_resolved_with_every_tracked_key(tmp_path):
     assert main(["config", str(ROOT / "config" / "quick.yaml"), "--dvc-params", str(out)]) == 0
     params = yaml.safe_load(out.read_text())
     quick = C.load_suite(ROOT / "config" / "quick.yaml")
+    quick.pop("catalogue")  # what the file says of itself (config/README.md), not a setting
     # DVC runs it under its own name: its runs and experiments never rewrite quick's
     assert C.load_suite(out) == {**quick, "name": "quick-dvc", "fixtures": "", "job_env": {}}
     for keys in D.DVC_STAGE_PARAMS.values():
@@ -524,7 +544,7 @@ def test_slurm_profile_dry_runs_unedited_with_per_dataset_runtimes_and_retries(t
     each training job asks for its dataset's runtime and one CPU per torch thread, and
     search/train are re-submitted (resuming their checkpoint) when killed at the walltime.
     (`--cores 8`: a dry run's default of 1 core would cap the threads.)"""
-    profile = ("--workflow-profile", str(ROOT / "profiles" / "slurm"))
+    profile = ("--workflow-profile", str(ROOT / "profiles" / "slurm"), "--configfile", str(PAPER))
     # squeue, not sacct: the plugin's sacct path hangs on a cancelled job and without slurmdbd
     assert yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())[
         "slurm-status-command"
@@ -567,6 +587,7 @@ REFERENCE = re.compile(r"(?<![\w/.-])((?:config|src|tests|containers|profiles|pa
         "README.md",
         "Snakefile",
         "dvc.yaml",
+        "config/README.md",
         "containers/README.md",
         "data/README.md",
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),

@@ -7,9 +7,10 @@ Each command lives in the module that does the work; that module provides
 `configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are
 imported only when their command runs, so `--help` and light commands start fast.
 
-Every command takes `-q/--quiet` (only warnings and errors: its own output is dropped) and
-`-v/--verbose` (debug messages of the `psrnn` logger and the libraries' loggers on stderr,
-and the traceback behind a one-line error), before or after the command's name.
+Every command takes `-q/--quiet` (no progress or info lines: only what was asked for, such as
+`config`'s listing or its --json, and warnings and errors) and `-v/--verbose` (debug messages
+of the `psrnn` logger and the libraries' loggers on stderr, and the traceback behind a
+one-line error), before or after the command's name.
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "digests of the code each job runs, comments and docstrings aside",
     ),
 }
+# Commands whose standard output is what the user asked for (a listing, JSON): -q keeps it
+# and silences only their info lines, which go to the `psrnn` logger. Every other command
+# prints its progress on stdout (the training loop's epoch lines among them), which -q drops.
+ANSWERS = frozenset({"config"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,7 +109,11 @@ def add_verbosity(p: argparse.ArgumentParser, default: object) -> None:
     reset what was given before its name)."""
     group = p.add_mutually_exclusive_group()
     group.add_argument(
-        "-q", "--quiet", action="store_true", default=default, help="print only warnings and errors"
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="no progress or info lines: only what was asked for, warnings and errors",
     )
     group.add_argument(
         "-v",
@@ -214,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     LOG.debug("%s: %s, arguments %s", args.command, args._module, argv)
     try:
-        with open(os.devnull, "w") if quiet else contextlib.nullcontext(sys.stdout) as out:
+        drop = quiet and args.command not in ANSWERS
+        with open(os.devnull, "w") if drop else contextlib.nullcontext(sys.stdout) as out:
             with contextlib.redirect_stdout(out):
                 refuse_repeats(args)
                 status = int(importlib.import_module(args._module).run(args) or 0)

@@ -1,5 +1,6 @@
 """`python -m psrnn config <suite.yaml>`: validate a suite config and list its runs.
 
+python -m psrnn config --list                     # every config: purpose, hardware, cost, results
 python -m psrnn config config/paper.yaml          # one line per run
 python -m psrnn config config/small.yaml --json   # the expanded plan, for tools
 python -m psrnn config config/quick.yaml --dvc-params params.yaml   # what `dvc repro` runs
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from psrnn import config as C
 from psrnn import registry
@@ -18,7 +20,14 @@ from psrnn.files import write_text
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", help="suite config (YAML)")
+    p.add_argument("path", nargs="?", help="suite config (YAML)")
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="every file in config/: each suite config's purpose, hardware, cost and results folder "
+        "(config/README.md)",
+    )
+    p.add_argument("--markdown", action="store_true", help="with --list: as config/README.md")
     p.add_argument("--json", action="store_true", help="print the expanded plan as JSON")
     p.add_argument(
         "--params",
@@ -76,11 +85,23 @@ def chosen_settings(cfg: dict, dataset: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list or args.markdown:
+        if args.path or not args.list:
+            raise UserError("--list takes no config file (--markdown goes with --list)")
+        from psrnn import catalogue
+
+        suites, others = catalogue.entries()
+        print(catalogue.markdown(suites, others) if args.markdown else catalogue.text(suites, others), end="")
+        return 0
+    if not args.path:
+        raise UserError("name a suite config (e.g. config/small.yaml), or --list for every config")
     if args.dvc_params:  # dvc_params loads and validates the config itself
         from psrnn.dvcparams import dvc_params
 
         write_text(args.dvc_params, dvc_params(args.path, args.dvc_name))
-        print(f"wrote {args.dvc_params}: {args.path} resolved; `dvc repro` runs it")
+        logging.getLogger("psrnn").info(
+            "wrote %s: %s resolved; `dvc repro` runs it", args.dvc_params, args.path
+        )
         return 0
     cfg = C.load_suite(args.path)
     if args.params:

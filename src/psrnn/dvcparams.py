@@ -50,6 +50,7 @@ def dvc_params(path: str | Path, name: str | None = None) -> str:
             f"stages never rewrite a suite's own data/{name} and results/{name} (results/small is committed)"
         )
     cfg = C.load_suite(path)
+    cfg.pop("catalogue", None)  # what the file says of itself (config/README.md), not a setting
     source = shown(path)
     old = f"{C.data_root(cfg)}/"
     cfg["name"] = name or cfg["name"] + DVC_SUFFIX

@@ -6,7 +6,8 @@ Each writer writes to a temporary file in the target's folder, fsyncs it, then
 Why by hand: no installed library writes atomically (filelock, installed with DVC, only
 locks); the one lock here (`exclusive`) is a bare flock(2) held for a process's lifetime,
 which filelock's lock files (left behind, or a thread-local re-entrant counter) would
-make neither simpler nor safer, and this module is part of every training job's digest.
+make neither simpler nor safer. (This module is in no code digest: psrnn.engine.codehash
+follows the engine and each study's own folder, so an edit here re-trains nothing.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What Snakemake builds for a suite config: target files, job inputs and job parameters.
 
-    snakemake -n                                           # the paper config (default)
+    snakemake -n                                           # no --configfile: the small config
     snakemake --cores 2 --configfile config/small.yaml     # the small config, end to end
     python -m psrnn config config/paper.yaml --params      # our parameter counts vs the paper's
 

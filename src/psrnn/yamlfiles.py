@@ -6,10 +6,10 @@ reaches, is one too. psrnn.config re-exports these.
 
 Why PyYAML with two resolvers and a duplicate check, not ruamel.yaml (installed with DVC,
 which reads YAML 1.2 and refuses repeated keys itself): Snakemake reads the same config
-files with PyYAML, so both front ends must agree on what a key means, and this module is
-part of the code every training job's digest covers: swapping the reader would re-train
-every committed run for no change in a single number. The swap belongs with a change
-that re-trains anyway.
+files with PyYAML, so both front ends must agree on what a key means. This module is in no
+code digest (psrnn.engine.codehash follows the engine and each study's own folder), so an
+edit here re-trains nothing by itself; a reader that read one value otherwise would change
+the resolved settings of every run that uses it, and Snakemake would re-train those.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`python -m psrnn bench`: training speed and memory, data preparation, compute budget.
 
     python -m psrnn bench                          # everything -> results/bench/<device>.json + .md
-    python -m psrnn bench --quick                  # tiny shapes, ~20 s -> results/bench/quick/
+    python -m psrnn bench --quick                  # tiny shapes, 80-160 s -> results/bench/quick/
     python -m psrnn bench --only train --shapes mnist --repeats 3
     python -m psrnn bench --only budget --merge    # redo one section, keep the others' numbers
     PYTHONPATH=src python -m psrnn bench --device cuda   # on a GPU machine, no install

@@ -14,6 +14,7 @@ The counts do not depend on the machine's speed, so a CPU run already shows the 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +29,11 @@ from psrnn.bench.speed import VARIANTS, Settings, make_spec
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
 TOP = 12  # operators listed per measurement
+# kineto, torch.profiler's backend, prints "USDT: ... profiler_start" and "profiler_stop" on
+# stderr around every measurement, at its highest log level: only a level above it silences
+# them, and with them its errors (on a CPU host, "gpuGetDeviceCount failed"). It reads the
+# level when the first profiler starts; KINETO_LOG_LEVEL=4 in the environment keeps its errors.
+KINETO_QUIET = "6"
 
 
 def _self_device_us(avg: Any) -> float:
@@ -43,6 +49,7 @@ def profile_train(spec: Any) -> dict[str, Any]:
     run = setup(spec)
     device = run.device
     sync = synchronizer(device)
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -4,10 +4,10 @@
     python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
 
 A suite config with `study: relreg` resolves each (experiment, seed) to one RelRegConfig,
-exactly as the first study's configs resolve to psrnn.config.RunConfig: defaults <
-experiment < grid point < --set. config/relreg.schema.yaml types every field.
+exactly as the first study's configs resolve to psrnn.studies.private_shared.settings.RunConfig:
+defaults < experiment < grid point < --set. config/relreg.schema.yaml types every field.
 Where the thesis is silent (epochs, batch size, optimizer, data sizes), the value chosen
-here is marked "(ours)"; the README's second-study section lists them.
+here is marked "(ours)"; docs/relreg.md ("Where the thesis is silent we chose") lists them.
 """
 
 from __future__ import annotations
