@@ -206,7 +206,7 @@ def test_versions_agree_with_the_lock_and_with_each_other():
     assert deb["python"] == "3.11.2" and in_requires_python(deb["python"])  # Debian 12's python3
     assert defaults["TORCH"] == "lock"
     # one uv version everywhere: images, labels, install.sh, CI
-    ci = re.search(r"pip install -q uv==(\S+)", (ROOT / ".ci" / "run").read_text())[1]
+    ci = re.search(r"pip install -q --target \.tools uv==(\S+)", (ROOT / ".ci" / "run").read_text())[1]
     assert d["uv_image"] == d["uv"] == deb["uv"] == defaults["UV_VERSION"] == ci
 
 
@@ -309,9 +309,13 @@ def test_install_script_refuses_another_uv_and_passes_torch_to_the_variant_scrip
 def test_ci_runs_exactly_the_readme_test_command():
     ci = ROOT / ".ci" / "run"
     assert ci.stat().st_mode & 0o111  # executable
-    lines = [ln for ln in ci.read_text().splitlines() if ln and not ln.startswith("#")]
-    assert lines[-1] == "uv run --frozen pytest"
-    assert "python3 -m pip install -q uv==0.13.8" in lines
+    lines = [
+        ln.split("  #")[0].strip() for ln in ci.read_text().splitlines() if ln and not ln.startswith("#")
+    ]
+    readme = (ROOT / "README.md").read_text().split("```bash\n")[1].splitlines()[1]  # the test command
+    setup, test = (part.split("#")[0].strip() for part in readme.split(" && "))
+    assert lines[-1] == test == ".tools/bin/uv run --frozen pytest"
+    assert setup == "python3 -m pip install -q --target .tools uv==0.13.8" and setup in lines
 
 
 @pytest.mark.parametrize("variant", ["cpu", "cu126"])

@@ -27,9 +27,9 @@ BUDGET = "bench --only budget --config config/"
 
 # command (its start, after `uv run [--frozen]`) -> (exit status, a fragment of its output)
 CHEAP = {
-    "python -m psrnn compile --config config/relreg.yaml": (0, "compile: 41 files in results/relreg"),
+    "python -m psrnn compile --config config/relreg.yaml": (0, "compile: 44 files in results/relreg"),
     "snakemake -n --configfile config/quick-imdb.yaml": (0, "Job stats"),
-    "snakemake -n": (0, "Job stats"),
+    "snakemake -n --configfile config/paper.yaml": (0, "Job stats"),
     "python -m psrnn recipe --digits ../shared/data/mnist-test --no-train": (2, REFUSED),
 }  # and every `bench --only budget ... --times-from` (seconds; `listed`)
 # commands not run here, by their start, and why
