@@ -758,3 +758,21 @@ def test_aux_target_names_the_device_busy_floor_from_the_profile():
     t = report.targets(result)[0]
     assert t["status"] == "not met"
     assert t["note"] == "device busy time 12.2 / 6.4 ms = 1.91x (profile: the floor)"
+
+
+def test_bench_refuses_to_rewrite_a_committed_result_before_it_measures(capsys):
+    """`bench --only budget` into a name git holds (a committed measurement the docs cite)
+    stops before any section runs, in one line naming the files, where else to write and
+    --overwrite; measured numbers never replace committed ones unasked."""
+    from psrnn.cli import main
+
+    committed = C.ROOT / "results" / "bench" / "cpu-amd-epyc.json"
+    assert committed.is_file()
+    before = committed.read_bytes()
+    assert main(["bench", "--only", "budget", "--name", "cpu-amd-epyc"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "psrnn bench: error: results/bench/cpu-amd-epyc.json, results/bench/cpu-amd-epyc.md: committed result(s) "
+        "this command would rewrite; pick --name or --out, or pass --overwrite to remake them"
+    )
+    assert committed.read_bytes() == before

@@ -258,14 +258,14 @@ def run(args: argparse.Namespace) -> int:
         result = recomputed_budget(args, config_path)
     else:
         device = pick_device(args.device)
-        if not args.overwrite:
-            slug = args.name or device_slug(device)
-            refuse_committed([out_dir / f"{slug}.json", out_dir / f"{slug}.md"], "pick --name or --out")
         sections = parse_list(args.only, SECTIONS, "section")
         shapes = [SHAPES[s] for s in parse_list(args.shapes, tuple(SHAPES), "shape")]
         s = settings_for(args, device)
         if "fused" in sections:
             fused_settings(args)  # a bad value stops here, before any section runs
+        if not args.overwrite:  # ... and so does a committed result's name
+            slug = args.name or device_slug(device)
+            refuse_committed([out_dir / f"{slug}.json", out_dir / f"{slug}.md"], "pick --name or --out")
         threads = torch.get_num_threads()
         try:
             if s.threads:
