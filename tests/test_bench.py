@@ -772,7 +772,8 @@ def test_bench_refuses_to_rewrite_a_committed_result_before_it_measures(capsys):
     assert main(["bench", "--only", "budget", "--name", "cpu-amd-epyc"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line == (
-        "psrnn bench: error: results/bench/cpu-amd-epyc.json, results/bench/cpu-amd-epyc.md: committed result(s) "
-        "this command would rewrite; pick --name or --out, or pass --overwrite to remake them"
+        "psrnn bench: error: results/bench/cpu-amd-epyc.json, results/bench/cpu-amd-epyc.md: "
+        "committed result(s) this command would rewrite; pick --name or --out, "
+        "or pass --overwrite to remake them"
     )
     assert committed.read_bytes() == before
