@@ -114,3 +114,18 @@ def test_no_cheap_documented_command_changes_a_committed_file(clone):
             text=True,
         ).stdout
         assert changed == "", (cmd, changed)
+
+
+def test_the_extending_page_s_own_config_writes_results_of_its_own(tmp_path):
+    """docs/extending.md's variant: `extends: small.yaml` with a name of its own and the
+    keys it changes; its runs go to results/mine, never the committed results/small."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    assert "`extends: small.yaml`" in text and "`name: mine`" in text
+    mine = ROOT / "config" / "mine-doc-test.yaml"  # beside small.yaml, as the page says
+    try:
+        mine.write_text("extends: small.yaml\nname: mine\ndefaults: {lr: 0.01}\n")
+        cfg = C.load_suite(mine)
+    finally:
+        mine.unlink()
+    assert str(C.results_root(cfg)) == "results/mine" and cfg["defaults"]["lr"] == 0.01
+    assert cfg["experiments"] == C.load_suite(ROOT / "config" / "small.yaml")["experiments"]
