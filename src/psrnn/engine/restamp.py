@@ -174,24 +174,22 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     return {p: differences(cfg, r, g or {}) for p, r, g in zip(paths, records, got, strict=True)}
 
 
-def restamp_selections(
-    cfg: dict[str, Any], old: set[str], new: str, write: bool, skip: frozenset[str] | set[str] = frozenset()
-) -> list[Path]:
-    """The experiments' selected.json stamped with a digest of `old` (re-stamped with `new`),
-    but those of the experiments `skip` (search runs still stale)."""
+def stale_selections(
+    cfg: dict[str, Any], old: set[str], skip: frozenset[str] | set[str] = frozenset()
+) -> dict[str, Path]:
+    """Experiment -> its selected.json stamped with a digest of `old`, but those of the
+    experiments `skip` (search runs still stale)."""
     from psrnn import workflow as W
 
-    done = []
+    found = {}
     for exp in C.enabled_experiments(cfg):
         path = Path(W.selection(cfg, exp))
         if not C.has_grid(cfg, exp) or not path.is_file() or exp in skip:
             continue
         recorded = read_json(path).get(W.SPEC_KEY)
         if any(recorded == W.selection_stamp(cfg, exp, digest=d)[W.SPEC_KEY] for d in old):
-            if write:
-                stamp(path, W.selection_stamp(cfg, exp, digest=new))
-            done.append(path)
-    return done
+            found[exp] = path
+    return found
 
 
 def stamp(path: Path, update: dict[str, Any]) -> None:
@@ -293,17 +291,18 @@ def earlier_proofs(path: Path) -> list[dict[str, Any]]:
 
 
 def prove(
-    cfg: dict[str, Any], targets: list[Path], stale: list[Path], config: str
+    cfg: dict[str, Any], targets: list[Path], records: dict[Path, dict[str, Any]], config: str
 ) -> tuple[list[Path], list[Path]]:
     """Re-train `targets` (each with its group; a reused final run through its search run)
-    and compare: (the runs re-trained, the stale runs proven: re-trained or reused from one).
-    Any difference is a UserError naming the run and the key."""
+    and compare: (the runs re-trained, the runs of `records` proven: re-trained, or reused
+    from a re-trained one with its numbers). `records`: the runs in question and what each
+    metrics.json holds. Any difference is a UserError naming the run and the key."""
     retrained: list[Path] = []
+    done: set[Path] = set()
     with tempfile.TemporaryDirectory(prefix="psrnn-restamp-") as tmp:
         for i, path in enumerate(targets):
-            record = read_json(path)
-            source = reused_source(cfg, path, record) or path
-            if source in retrained:  # trained again with an earlier one's group
+            source = reused_source(cfg, path, records[path]) or path
+            if source in done:  # trained again with an earlier one's group
                 continue
             together = trained_with(cfg, source)
             for member, diff in retrain(cfg, together, Path(tmp) / str(i)).items():
@@ -313,21 +312,21 @@ def prove(
                         f"re-train instead (python -m psrnn stale --config {config} --code --forget)"
                     )
             retrained += together
+            done.update(together)
             print(
                 f"same numbers: {source}"
                 + (f" and the {len(together) - 1} run(s) of its group" if len(together) > 1 else "")
             )
-    proven = set(retrained)
-    for path in stale:  # a final run that took a proven search run's record, and records its numbers
-        record = read_json(path)
+    proven = set(done)
+    for path, record in records.items():  # a final run that took a proven search run's record
         from_search = reused_source(cfg, path, record)
-        if from_search is not None and from_search in proven:
+        if from_search is not None and from_search in done:
             if diff := differences(cfg, record, read_json(from_search)):
                 raise UserError(
                     f"{path}: took the record of {from_search.parent} but differs from it, {diff[0]}"
                 )
             proven.add(path)
-    return retrained, [p for p in stale if p in proven]
+    return retrained, [p for p in records if p in proven]
 
 
 def unproven(cfg: dict[str, Any], earlier: list[dict[str, Any]], new: str) -> list[Path]:
@@ -356,7 +355,8 @@ def verify(
     if not todo:
         print(f"restamp --verify {cfg['name']}: every run stamped by a restamp was re-trained by one")
         return 0
-    retrained, proven = prove(cfg, sample(cfg, todo, args.per_experiment), todo, args.config)
+    records = {p: read_json(p) for p in todo}
+    retrained, proven = prove(cfg, sample(cfg, todo, args.per_experiment), records, args.config)
     if not args.dry_run:
         record = {
             "to": new,
@@ -376,6 +376,7 @@ def verify(
 
 
 def run(args: argparse.Namespace) -> int:
+    from psrnn import workflow as W
     from psrnn.engine.stale import stale_runs
     from psrnn.machine import cpu_name
 
@@ -392,22 +393,23 @@ def run(args: argparse.Namespace) -> int:
     if not stale:
         print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
         return 0
-    stamps = {p: str(read_json(p)["training_code"]) for p in stale}
-    retrained, proven = prove(cfg, sample(cfg, stale, args.per_experiment), stale, args.config)
+    records = {p: read_json(p) for p in stale}
+    retrained, proven = prove(cfg, sample(cfg, stale, args.per_experiment), records, args.config)
     left = [p for p in stale if p not in set(proven)]
     # a selection's search is proven once no search run of its experiment stays stale
-    unproven_search = {read_json(p)["experiment"] for p in left if read_json(p).get("point")}
-    old = {stamps[p] for p in stale}
-    selections = restamp_selections(cfg, old, new, write=False, skip=unproven_search)
+    unproven_search = {records[p]["experiment"] for p in left if records[p].get("point")}
+    old = {str(r["training_code"]) for r in records.values()}
+    moved_from = sorted({str(records[p]["training_code"]) for p in proven})
+    selections = stale_selections(cfg, old, skip=unproven_search)
     if not args.dry_run:
         command = f"python -m psrnn restamp --config {args.config}"
         record = {
-            "from": sorted({stamps[p] for p in proven}),
+            "from": moved_from,
             "to": new,
             "retrained": [str(p) for p in retrained],
             "restamped_runs": len(proven),
             "left_stale": len(left),
-            "restamped_selections": [str(p) for p in selections],
+            "restamped_selections": [str(p) for p in selections.values()],
             "machine": f"{cpu_name()}, torch threads as each run recorded",
             "command": command + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
         }
@@ -415,14 +417,16 @@ def run(args: argparse.Namespace) -> int:
         for path in proven:
             stamp(path, {"training_code": new})
         checkpoints = sum(stamp_checkpoint(path.parent, old, new) for path in proven)
-        restamp_selections(cfg, old, new, write=True, skip=unproven_search)
-        forgot = forget_params(cfg, args.config, [*proven, *proven_markers(cfg, proven), *selections])
+        for exp, path in selections.items():
+            stamp(path, W.selection_stamp(cfg, exp, digest=new))
+        outputs = [*proven, *proven_markers(cfg, proven), *selections.values()]
+        forgot = forget_params(cfg, args.config, outputs)
         print(f"re-stamped {checkpoints} checkpoint(s); Snakemake's records of {forgot} output(s) dropped")
     what = "would re-stamp" if args.dry_run else "re-stamped"
     print(
         f"restamp {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; {what} "
         f"{len(proven)} run(s) and {len(selections)} selection(s) from "
-        f"{', '.join(d[:12] for d in sorted({stamps[p] for p in proven}))} to {new[:12]}"
+        f"{', '.join(d[:12] for d in moved_from)} to {new[:12]}"
         + (
             f"; {len(left)} stale run(s) not re-trained stay stale (python -m psrnn stale --config "
             f"{args.config} --code lists them; restamp again without --per-experiment, or re-train)"
