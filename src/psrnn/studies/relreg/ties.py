@@ -180,9 +180,7 @@ def surplus_lines(s: RelRegSuite) -> list[str]:
         moved = ""
         if k is not None:
             kept = seed_values(s, exp, k)
-            every = kept + V.percent_values(
-                [r.metrics.get("test", {}).get(str(k), {}).get("seq_acc") for r in left]
-            )
+            every = kept + [v for r in left if (v := seq_at(r.metrics, k)) is not None]
             moved = (
                 f"; at {k} bits the row is {fmt.num(sum(kept) / len(kept), 2)} % over its "
                 f"{len(kept)} counted runs, {fmt.num(sum(every) / len(every), 2)} % with them"
