@@ -26,6 +26,7 @@ from psrnn import config as C
 from psrnn import registry
 from psrnn.errors import UserError
 from psrnn.report.collect import Run, read_selection
+from psrnn.report.provenance import machine_text
 
 
 @dataclass(frozen=True)
@@ -113,13 +114,6 @@ def point_text(cfg: dict[str, Any], results_dir: Path, run: Run) -> str:
     return f"{point} (draw {i + 1} of {len(draws)}: tied point {j} of {len(tied)})"
 
 
-def machine(m: dict[str, Any]) -> str:
-    """'AMD EPYC (cpu), torch 2.14.1+cu130' from a run's metrics.json (CUDA where it ran on it)."""
-    out = f"{m.get('device_name') or m.get('device') or 'unknown'} ({m.get('device') or '?'})"
-    out += f", torch {m.get('torch_version') or '?'}"
-    return out + (f", CUDA {m['cuda_version']}" if m.get("cuda_version") else "")
-
-
 def commands(cfg: dict[str, Any], suite: str | Path, experiment: str, seeds: list[int]) -> list[str]:
     """The shell lines the Snakefile's jobs run to make `experiment`'s final runs of `seeds`:
     one `train-group` line for all the config's seeds under `fused_finals` (rule
@@ -177,7 +171,7 @@ def cell_lines(cfg: dict[str, Any], suite: str | Path, cell: Cell) -> list[str]:
             point += f"; record reused from {r.metrics['reused_from']}"
         code = str(r.metrics.get("training_code") or "unknown")[:12]
         value = "—" if v is None else f"{v:.2f}"
-        rows.append([str(r.seed), value, str(r.dir), point, code, machine(r.metrics)])
+        rows.append([str(r.seed), value, str(r.dir), point, code, machine_text(r.metrics)])
     out += ["", f"{len(cell.runs)} runs of {cell.experiment} (config {cfg['name']}):", *table(rows)]
     if cell.left_out:
         out += ["", "Runs of the experiment not counted:"]

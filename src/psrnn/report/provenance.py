@@ -13,6 +13,14 @@ from psrnn.report import fmt
 from psrnn.report.collect import Suite
 
 
+def machine_text(m: dict[str, Any]) -> str:
+    """Where a run ran, from its metrics.json: 'AMD EPYC (cpu), torch 2.14.1+cu130' (and its
+    CUDA version where it ran on CUDA)."""
+    out = f"{m.get('device_name') or m.get('device') or 'unknown'} ({m.get('device') or '?'})"
+    out += f", torch {m.get('torch_version') or m.get('torch') or '?'}"
+    return out + (f", CUDA {m['cuda_version']}" if m.get("cuda_version") else "")
+
+
 def hours(metrics: list[dict[str, Any]]) -> dict[str, float]:
     """Summed wall time in hours per device type ("cuda" -> GPU, "cpu" -> CPU). A final run
     that took its search run's record (metrics.json's reused_from) trained nothing: its

@@ -15,7 +15,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn.report import FOREST, fmt
-from psrnn.report.provenance import notes_lines, run_time_line, search_points, tally_lines
+from psrnn.report.provenance import machine_text, notes_lines, run_time_line, search_points, tally_lines
 from psrnn.report.tables import Table, to_markdown
 from psrnn.studies.relreg import verdicts as V
 from psrnn.studies.relreg.ablations import ablation_lines
@@ -151,11 +151,7 @@ def provenance(s: RelRegSuite) -> list[str]:
     final = [r.metrics for rs in (*s.runs.values(), *s.surplus.values()) for r in rs]
     ms = final + s.search
     commits = Counter(m.get("git_commit") or "unknown" for m in ms)
-    machines = Counter(
-        f"{m.get('device_name') or m.get('device') or 'unknown'} ({m.get('device') or '?'}), "
-        f"torch {m.get('torch_version') or m.get('torch') or '?'}"
-        for m in ms
-    )
+    machines = Counter(machine_text(m) for m in ms)
     return [
         f"- Thesis: {' '.join(s.reference.get('paper', '').split())}",
         f"- Its numbers: {' '.join(s.reference.get('source', '').split())}; config/{REFERENCE_PATH.name}",
