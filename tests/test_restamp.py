@@ -296,12 +296,19 @@ def test_verify_re_trains_what_an_earlier_sample_stamped_and_names_a_record_that
     assert (
         done.returncode == 2 and f"{noisy}: re-trained by today's code, best_epoch: recorded" in done.stderr
     )
-    assert snapshot(C.results_root(cfg)) == before
+    # the proof is written experiment by experiment: lstm_l2 (before proto_both) keeps its
+    # proof, the edited run's experiment adds nothing, and no record is touched
+    [_, first] = read_json(proof)["restamps"]
+    assert sorted(first["verified"]) == sorted(str(p) for p in runs if "lstm_l2" in str(p) and str(p) != sampled)
+    assert {p: b for p, b in snapshot(C.results_root(cfg)).items() if p != proof} == {
+        p: b for p, b in before.items() if p != proof
+    }
     write_json(noisy, record)
-    done = subprocess.run(verify, capture_output=True, text=True)
+    done = subprocess.run(verify, capture_output=True, text=True)  # goes on from there
     assert done.returncode == 0, done.stderr
-    assert f"{len(runs) - 1} of the {len(runs) - 1} run(s) stamped by a sample are proven" in done.stdout
-    [_, added] = read_json(proof)["restamps"]
-    assert sorted(added["verified"]) == sorted(str(p) for p in runs if str(p) != sampled)
+    rest = [p for p in runs if "proto_both" in str(p) and str(p) != sampled]
+    assert f"{len(rest)} of the {len(rest)} run(s) stamped by a sample are proven" in done.stdout
+    [_, first, added] = read_json(proof)["restamps"]
+    assert sorted(first["verified"] + added["verified"]) == sorted(str(p) for p in runs if str(p) != sampled)
     again = subprocess.run(verify, capture_output=True, text=True).stdout
     assert "every run stamped by a restamp was re-trained by one" in again

@@ -348,29 +348,38 @@ def verify(
     cfg: dict[str, Any], args: argparse.Namespace, earlier: list[dict[str, Any]], proof_path: Path, new: str
 ) -> int:
     """`restamp --verify`: re-train what earlier sampled restamps stamped unproven and add
-    the proof (`verified`); any difference is a UserError naming the run, and nothing is written."""
+    the proof (`verified`), experiment by experiment: the proof is written after each, so an
+    interrupted verify keeps what it proved and the same command goes on from there. Any
+    difference is a UserError naming the run, and that experiment's runs are not added."""
     from psrnn.machine import cpu_name
 
     todo = unproven(cfg, earlier, new)
     if not todo:
         print(f"restamp --verify {cfg['name']}: every run stamped by a restamp was re-trained by one")
         return 0
+    record: dict[str, Any] = {
+        "to": new,
+        "verified": [],
+        "retrained": [],
+        "left_unproven": len(todo),
+        "machine": f"{cpu_name()}, torch threads as each run recorded",
+        "command": f"python -m psrnn restamp --config {args.config} --verify"
+        + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
+    }
     records = {p: read_json(p) for p in todo}
-    retrained, proven = prove(cfg, sample(cfg, todo, args.per_experiment), records, args.config)
-    if not args.dry_run:
-        record = {
-            "to": new,
-            "verified": [str(p) for p in proven],
-            "retrained": [str(p) for p in retrained],
-            "left_unproven": len(todo) - len(proven),
-            "machine": f"{cpu_name()}, torch threads as each run recorded",
-            "command": f"python -m psrnn restamp --config {args.config} --verify"
-            + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
-        }
-        write_json(proof_path, {"restamps": [*earlier, record]})
+    for exp in C.enabled_experiments(cfg):
+        mine = {p: r for p, r in records.items() if r.get("experiment") == exp}
+        if not mine:
+            continue
+        retrained, proven = prove(cfg, sample(cfg, list(mine), args.per_experiment), mine, args.config)
+        record["verified"] += [str(p) for p in proven]
+        record["retrained"] += [str(p) for p in retrained]
+        record["left_unproven"] -= len(proven)
+        if not args.dry_run:  # after each experiment: an interrupted verify keeps its proof
+            write_json(proof_path, {"restamps": [*earlier, record]})
     print(
-        f"restamp --verify {cfg['name']}: {len(retrained)} run(s) re-trained gave their recorded numbers; "
-        f"{len(proven)} of the {len(todo)} run(s) stamped by a sample are proven"
+        f"restamp --verify {cfg['name']}: {len(record['retrained'])} run(s) re-trained gave their recorded "
+        f"numbers; {len(record['verified'])} of the {len(todo)} run(s) stamped by a sample are proven"
     )
     return 0
 
