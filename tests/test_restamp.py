@@ -299,7 +299,9 @@ def test_verify_re_trains_what_an_earlier_sample_stamped_and_names_a_record_that
     # the proof is written experiment by experiment: lstm_l2 (before proto_both) keeps its
     # proof, the edited run's experiment adds nothing, and no record is touched
     [_, first] = read_json(proof)["restamps"]
-    assert sorted(first["verified"]) == sorted(str(p) for p in runs if "lstm_l2" in str(p) and str(p) != sampled)
+    assert sorted(first["verified"]) == sorted(
+        str(p) for p in runs if "lstm_l2" in str(p) and str(p) != sampled
+    )
     assert {p: b for p, b in snapshot(C.results_root(cfg)).items() if p != proof} == {
         p: b for p, b in before.items() if p != proof
     }
