@@ -60,6 +60,16 @@ RESULTS = str(C.results_root(CFG))
 DATA = str(C.data_root(CFG))
 
 
+onstart:
+    # Jobs write to their logs only (Snakemake's job blocks name each one's `log:`): say
+    # where they are before the first job, for a user who wants to watch a run's epochs.
+    print(
+        f"psrnn: {SUITE}: each job logs to {RESULTS}/logs/<rule>/... (a line per epoch, and "
+        f"a heartbeat within one); follow one with tail -f",
+        file=sys.stderr,
+    )
+
+
 # The jobs find the suite config through $PSRNN_CONFIG rather than a param: it says
 # where the settings live, not what they are (the params do), so two configs that
 # define the same runs (paper, paper-dbpedia) share their finished jobs. PYTHONPATH

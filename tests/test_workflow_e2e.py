@@ -108,6 +108,8 @@ def test_the_whole_small_dag_runs_and_matches_the_expected_metrics(workdir):
     run = json.loads((workdir / W.run_metrics(CFG, "mnist_ps30_predrec_a4", 1)).read_text())
     assert run["config"]["lr"] == sel["overrides"]["lr"]
     # every job left a log and a benchmark
+    first = (workdir / "first-run.log").read_text()  # where the logs are, said before the first job
+    assert first.index(f"each job logs to {RESULTS}/logs/<rule>/") < first.index("rule fixtures:")
     logs = list((workdir / RESULTS / "logs").rglob("*.log"))
     benchmarks = list((workdir / RESULTS / "benchmarks").rglob("*.tsv"))
     assert len(logs) == len(benchmarks) >= len(W.final_metrics(CFG)) + 10
