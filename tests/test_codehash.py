@@ -86,6 +86,9 @@ def test_a_byte_order_mark_or_a_coding_cookie_keeps_the_digest(tmp_path):
         (f"{PS}/epoch.py", {"psrnn-train"}, {"relreg-train", "relreg-compile", "psrnn-data"}),
         (f"{PS}/data/prepare.py", {"psrnn-data"}, {"relreg-train", "relreg-compile"}),  # runs read its output
         ("psrnn/studies/relreg/proto.py", {"relreg-train"}, {"psrnn-train", "psrnn-compile", "psrnn-data"}),
+        # imported by no module, only by string (the registry row's `fused`, importlib.import_module
+        # in psrnn.engine.group; issue 51 case 8): a change still moves the training digest
+        ("psrnn/studies/relreg/fused.py", {"relreg-train"}, {"psrnn-train", "psrnn-compile", "psrnn-data"}),
         (
             "psrnn/studies/relreg/verdicts.py",
             {"relreg-compile"},

@@ -616,13 +616,27 @@ def test_literal_run_fields_are_the_schema_enums(study):
         assert tuple(run[key]["enum"]) == choices, key
 
 
+# job_env's names, as a refused one lists them (config/schema.yaml; docs/workflow.md says why)
+JOB_ENV = (
+    "ATEN_CPU_CAPABILITY, MKL_CBWR, OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, "
+    "CUBLAS_WORKSPACE_CONFIG, NVIDIA_TF32_OVERRIDE, PYTORCH_CUDA_ALLOC_CONF"
+)
+
+
+def refused_job_env(path, name):
+    return (
+        f"{path}: job_env: {name!r} is not a variable job_env may set: it takes {JOB_ENV} only "
+        "(docs/workflow.md says why; others could make every job load other code or write files)"
+    )
+
+
 @pytest.mark.parametrize(
     "name", ["PYTHONPATH", "LD_PRELOAD", "PATH", "PYTHONSTARTUP", "TORCHINDUCTOR_CACHE_DIR"]
 )
 def test_job_env_that_would_run_other_code_is_refused_by_name(tmp_path, name, capsys):
     """A config's job_env reaches every job (and `psrnn train` re-executes itself under it):
-    only the numeric libraries' variables pass; PYTHONPATH pointing at a sitecustomize.py, an
-    LD_PRELOAD or a PATH is refused in one line naming it, and nothing of it runs."""
+    only the listed variables pass; PYTHONPATH pointing at a sitecustomize.py, an LD_PRELOAD
+    or a PATH is refused in one line naming it, and nothing of it runs."""
     from psrnn.cli import main
 
     evil = tmp_path / "evil"
@@ -632,40 +646,67 @@ def test_job_env_that_would_run_other_code_is_refused_by_name(tmp_path, name, ca
     cfg["job_env"] = {**cfg["job_env"], name: f"{evil}:src"}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(C.ConfigError, match=rf"job_env: '{name}' is not a setting of the numeric libraries"):
+    with pytest.raises(C.ConfigError) as err:
         C.load_suite(path)
+    assert str(err.value) == refused_job_env(path, name)
     rc = main(["train", "--config", str(path), "--experiment", "mnist_gru", "--seed", "0"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc != 0 and len(err) == 1 and name in err[0]
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err_lines) == 1 and name in err_lines[0]
     assert not (tmp_path / "ran").exists()
-    ok = {
-        **cfg,
-        "job_env": {"MKL_CBWR": "COMPATIBLE", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "OMP_NUM_THREADS": "1"},
-    }
-    path.write_text(yaml.safe_dump(ok))
-    assert C.load_suite(path)["job_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 @pytest.mark.parametrize(
-    ("name", "said"),
+    "name",
     [
-        ("TORCH_LOGS_OUT", "names a file or library to write or load (OUT)"),
-        ("CUDA_INJECTION64_PATH", "names a file or library to write or load (INJECTION64)"),
-        ("TORCH_EXTENSIONS_DIR", "names a file or library to write or load (DIR)"),
-        ("OMP_X\n", "is not a setting of the numeric libraries"),
+        "TORCH_LOGS_OUT",  # with TORCH_LOGS=+all it appended to any file
+        "TORCH_LOGS",
+        "CUDA_INJECTION64_PATH",  # the CUDA driver loads its library
+        "OMP_X\n",  # a final newline passed the old pattern's `$` into every job's shell prefix
+        "OMP_NUM_THREADS\n",  # an allowed name plus a newline is another key
+        " OMP_NUM_THREADS",
+        "omp_num_threads",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "CUDA_VISIBLE_DEVICES",  # the scheduler's and psrnn.gpus' to set, not a config's
+        "NCCL_NET_PLUGIN",
+        "KMP_AFFINITY",
     ],
 )
-def test_job_env_that_writes_or_loads_files_is_refused(tmp_path, name, said):
-    """Under the admitted prefixes: TORCH_LOGS_OUT with TORCH_LOGS=+all appended to any file,
-    the CUDA driver loads CUDA_INJECTION64_PATH's library, and a key with a final newline
-    passed the schema's `$` into every job's shell prefix. Each is one line naming it."""
+def test_job_env_takes_exact_names_only(tmp_path, name):
+    """job_env is an exact allow-list, not prefixes: a name that writes or loads files, or any
+    other, is refused in one line naming the key and the config and listing the names."""
     cfg = yaml.safe_load(SMALL.read_text())
-    cfg["job_env"] = {**cfg["job_env"], name: str(tmp_path / "x"), "TORCH_LOGS": "+all"}
+    cfg["job_env"] = {name: str(tmp_path / "x")}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(C.ConfigError) as err:
         C.load_suite(path)
-    assert f"job_env: {name!r} {said}" in str(err.value) and "\n" not in str(err.value).replace("\\n", "")
+    assert str(err.value) == refused_job_env(path, name)
+    assert "\n" not in str(err.value)
+
+
+def test_job_env_accepts_each_listed_name_and_every_committed_config_s(tmp_path):
+    """Each listed variable loads; the committed configs' and tests' keys are among them; a
+    value must be one printable line (no newline reaches the jobs' shell prefix)."""
+    names = C.suite_schema()["properties"]["job_env"]["propertyNames"]["enum"]
+    assert ", ".join(names) == JOB_ENV
+    used = {k for f in (C.ROOT / "config").glob("*.yaml") for k in (C.load_yaml(f).get("job_env") or {})}
+    used |= set(C.load_yaml(C.ROOT / "params.yaml").get("job_env") or {})
+    assert used == {"ATEN_CPU_CAPABILITY", "MKL_CBWR"} and used <= set(names)
+    cfg = yaml.safe_load(SMALL.read_text())
+    values = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    cfg["job_env"] = {n: values.get(n, "1") for n in names}
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert C.load_suite(path)["job_env"] == cfg["job_env"]
+    cfg["job_env"] = {"OMP_NUM_THREADS": "1\nrm -rf x"}
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError) as err:
+        C.load_suite(path)
+    assert str(err.value) == (
+        f"{path}: job_env.OMP_NUM_THREADS: '1\\nrm -rf x' is not a one-line value of printable ASCII "
+        "characters"
+    )
 
 
 @pytest.mark.parametrize(
