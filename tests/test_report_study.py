@@ -1,6 +1,7 @@
 """psrnn.report holds no study's science: which rows of a reference file a `ref:` may name is
-what the config's study declares (psrnn.registry.Study.reference_ids), so the shared
-gather and check_refs serve any study alike."""
+what the config's study declares (psrnn.registry.Study.reference_ids), and a table's
+heading is the one its study gives it, so the shared gather, check_refs and table writers
+serve any study alike."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import dataclasses
 import sys
 import types
 
+import pandas as pd
 import pytest
 
 from psrnn import config as C
 from psrnn import registry
-from psrnn.report.collect import check_refs, gather, load_reference, reference_ids
+from psrnn.report.collect import Suite, check_refs, gather, load_reference, reference_ids
+from psrnn.report.tables import Table, to_latex, to_markdown
 
 FAKE_REFERENCE = {"rows": [{"id": "rows/one"}, {"id": "rows/two"}], "other": [{"id": "other/x"}]}
 
@@ -86,3 +89,35 @@ def test_each_real_study_accepts_its_own_rows_and_refuses_the_others():
         match=rf"experiments.{exp}.ref: 'table2/mnist/gru' is not a row of .*relreg-reference.yaml$",
     ):
         check_refs(crossed, second_ref)
+
+
+def test_a_tables_heading_is_the_one_its_study_gives_it():
+    s = Suite(cfg={"name": "tiny", "paper_scale": True}, reference={}, runs={}, settings={}, manifests={})
+    data = pd.DataFrame({"bits": [3], "acc": [99.5]})
+    t = Table("ablations", "Table 4.5a", "Ablations.", data, data.astype(str), "rr", ["A note."])
+    md = to_markdown(t, s)
+    assert md.splitlines()[0] == "**Table 4.5a.** Ablations. Config tiny."
+    assert md.splitlines()[-1] == "- A note."
+    tex = to_latex(t, s)
+    assert r"\caption{Ablations. Config tiny.}" in tex and r"\label{tab:ablations}" in tex
+
+
+def test_each_studys_tables_carry_the_headings_it_gives_them(tmp_path):
+    from psrnn.studies.private_shared.results import tables as first
+    from psrnn.studies.relreg import ablations
+    from psrnn.studies.relreg import results as second
+
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    s = gather(cfg, load_reference(C.ROOT / "config" / "reference.yaml"), tmp_path / "a", tmp_path / "d")
+    assert [(t.name, t.heading) for t in first.all_tables(s)] == [
+        (f"table{i}", f"Table {i}") for i in (1, 2, 3, 4)
+    ]
+    assert to_markdown(first.all_tables(s)[1], s).startswith("**Table 2.** Main results: ")
+    cfg = C.load_suite(C.ROOT / "config" / "relreg.yaml")
+    r = second.gather(cfg, load_reference(second.REFERENCE_PATH), tmp_path / "b")
+    tables = [second.table45(r, second.SEARCH), second.table45(r, second.FIXED), ablations.ablation_table(r)]
+    assert [(t.name, t.heading) for t in tables] == [
+        ("table4.5", "Table 4.5"),
+        ("table4.5-thesis", "Table 4.5-thesis"),
+        ("table4.5a", "Table 4.5a"),
+    ]

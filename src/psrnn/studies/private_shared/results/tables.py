@@ -170,6 +170,7 @@ def table1(s: Suite) -> Table:
         )
     return Table(
         "table1",
+        "Table 1",
         "Dataset statistics: the paper's Table 1 beside ours, measured from the "
         "prepared data (mean length of the training split).",
         pd.DataFrame(rows),
@@ -241,6 +242,7 @@ def table2(s: Suite) -> Table:
             )
     return Table(
         "table2",
+        "Table 2",
         "Main results: test accuracy (%) of every row of the paper's Table 2 "
         "(DBpedia from the thesis), ours as mean ± std over seeds (n seeds), "
         "Δ = ours − paper. Tasks, shares, anchors and window are the paper's; "
@@ -296,6 +298,7 @@ def table3(s: Suite) -> Table:
         disp.append(d)
     return Table(
         "table3",
+        "Table 3",
         "Test accuracy (%) on sequential MNIST and CIFAR-10: published results "
         "and ours (for each model kind, the table2 experiment with the best mean "
         "validation accuracy; mean ± std over seeds).",
@@ -358,6 +361,7 @@ def table4(s: Suite) -> Table:
             )
     return Table(
         "table4",
+        "Table 4",
         "Shared-proportion sweep on CIFAR-10 (paper Table 4): test accuracy (%), "
         "test main (cross-entropy) and auxiliary loss, parameters; ours as mean ± std "
         "over seeds.",
