@@ -26,7 +26,7 @@ import yaml
 from psrnn import config as C
 from psrnn import registry
 from psrnn.cli import main
-from psrnn.report.collect import gather, load_reference, manifest_stats
+from psrnn.report.collect import gather, load_reference
 from psrnn.report.fmt import DASH, SMALL_LABEL, ci
 from psrnn.report.stats import (
     LOSS,
@@ -42,6 +42,7 @@ from psrnn.report.stats import (
 )
 from psrnn.studies.private_shared.results import report, tables
 from psrnn.studies.private_shared.results.numbers import claim_reading
+from psrnn.studies.private_shared.results.reading import REFERENCE_PATH, manifest_stats
 
 T975_2 = 4.302652729911275  # t quantile 0.975 with 2 degrees of freedom (3 seeds)
 T975_1 = 12.706204736174707  # ... with 1 degree of freedom (2 seeds)
@@ -232,7 +233,9 @@ def make_suite(
 
 def load(root: Path, path: Path):
     cfg = C.load_suite(path)
-    return gather(cfg, load_reference(), root / "results" / cfg["name"], root / "data" / cfg["name"])
+    return gather(
+        cfg, load_reference(REFERENCE_PATH), root / "results" / cfg["name"], root / "data" / cfg["name"]
+    )
 
 
 def row(table, **match) -> dict:
@@ -257,7 +260,7 @@ fig3/mnist-h16""".split()
 
 
 def test_reference_file_has_the_contract_ids_and_the_papers_numbers():
-    ref = load_reference()
+    ref = load_reference(REFERENCE_PATH)
     ids = [r["id"] for key in ("table2", "table4", "figures") for r in ref[key]]
     assert ids == CONTRACT_IDS
     t2 = {r["id"]: r for r in ref["table2"]}
@@ -702,7 +705,7 @@ def test_deviations_are_one_table_with_each_deviation_once(tmp_path):
     # no per-dataset bullets any more; the reference file's notes follow the table, once each
     assert not any(x.startswith(("- MNIST:", "- F-MNIST:")) for x in section.splitlines())
     notes = [x for x in section.splitlines() if x.startswith("- ")]
-    assert len(notes) == len(load_reference()["deviations"]) == 7
+    assert len(notes) == len(load_reference(REFERENCE_PATH)["deviations"]) == 7
 
 
 def test_report_embeds_the_figures_that_were_compiled(tmp_path):

@@ -9,9 +9,9 @@ run-settings dataclass and its checks, its schema overlay (entries replacing tho
 config/schema.yaml), its hooks (the science the engine calls: data, model, optimizer, one
 epoch, evaluation, the run's own outputs; a subclass of psrnn.engine.hooks.Hooks), its
 results module (`output_paths(cfg)` and `compile(cfg, results_dir, reference)`), its
-reference numbers, what `explain` asks of a table cell, and the facts the shared code asks
-of it; all by module name, so that
-reading them imports nothing of the study. Adding a study is one folder under
+reference numbers and which of their rows a `ref:` may name, what `explain` asks of a table
+cell, and the facts the shared code asks of it; all by module name, so that reading them
+imports nothing of the study. Adding a study is one folder under
 src/psrnn/studies/ and one line in PLUGINS (docs/extending.md).
 """
 
@@ -37,6 +37,9 @@ class Study:
     hooks: str  # "module:Class": its psrnn.engine.hooks.Hooks, the science the engine calls
     results: str  # module with output_paths(cfg) and compile(cfg, results_dir, reference)
     reference: str  # reference numbers, relative to the project root
+    # "module:function(reference) -> set[str]": the ids of the reference file's rows (as
+    # psrnn.report.collect.load_reference reads it) that a suite config's `ref:` may name
+    reference_ids: str
     # the modules of its data jobs (fixtures, download, prepare), which feed its runs; ()
     # for a study whose runs make their own data
     data_jobs: tuple[str, ...]

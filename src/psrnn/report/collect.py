@@ -19,12 +19,10 @@ import numpy as np
 import pandas as pd
 
 from psrnn import config as C
+from psrnn import registry
 from psrnn.errors import UserError
 from psrnn.files import read_json
 from psrnn.report import fmt
-
-REFERENCE_PATH = C.ROOT / "config" / "reference.yaml"
-KINDS = ("gru", "full", "ps")  # plain GRU, full share (Trinh et al. RNN-AE), private/shared
 
 
 @dataclass(frozen=True)
@@ -94,14 +92,11 @@ class Suite:
     def experiments_for(self, ref_id: str) -> list[str]:
         return [e for e in self.experiments if self.ref_of(e) == ref_id]
 
-    def kind(self, experiment: str) -> str:
-        return model_kind(self.settings[experiment])
-
 
 # --- reference ----------------------------------------------------------------------------
 
 
-def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
+def load_reference(path: str | Path) -> dict[str, Any]:
     """A study's reference numbers (config/reference.yaml, config/relreg-reference.yaml),
     read as the suite configs are (a syntax error is `file:line:column: problem`)."""
     from psrnn.yamlfiles import read_yaml
@@ -115,37 +110,26 @@ def load_reference(path: str | Path = REFERENCE_PATH) -> dict[str, Any]:
     return {**data, "file": str(path)}  # named by the checks of its `ref:`s
 
 
-def reference_ids(reference: dict[str, Any]) -> set[str]:
-    return {row["id"] for key in ("table2", "table3", "table4", "figures") for row in reference.get(key, [])}
+def reference_ids(cfg: dict[str, Any], reference: dict[str, Any]) -> set[str]:
+    """The ids of `reference`'s rows a `ref:` of `cfg` may name: what its study's
+    `reference_ids` (psrnn.registry.Study) says of it (the first study: Tables 2-4's and the
+    figures' rows; the second: Table 4.5's and the figures')."""
+    return set(registry.load(registry.study_of(cfg).reference_ids)(reference))
 
 
 def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
     """A `ref:` that names no reference row is a typo that would silently drop a row."""
-    known = reference_ids(reference)
+    known = reference_ids(cfg, reference)
     for name, exp in cfg["experiments"].items():
         ref = exp.get("ref")
         if ref is not None and ref not in known:
             raise C.ConfigError(
                 f"experiments.{name}.ref: {ref!r} is not a row of "
-                f"{reference.get('file', 'config/reference.yaml')}"
+                f"{reference.get('file', registry.study_of(cfg).reference)}"
             )
 
 
 # --- runs ---------------------------------------------------------------------------------
-
-
-def model_kind(settings: dict[str, Any]) -> str:
-    """gru (no auxiliary task), full (every unit shared) or ps (private/shared)."""
-    r = int(round(float(settings.get("shared", 0)) * int(settings.get("hidden", 1))))
-    if r == 0 or not settings.get("tasks") or int(settings.get("anchors", 0)) == 0:
-        return "gru"
-    return "full" if r >= int(settings["hidden"]) else "ps"
-
-
-def shared_percent(settings: dict[str, Any]) -> float:
-    """The shared proportion actually realised: round(shared * d) units of d, in %."""
-    d = int(settings["hidden"])
-    return 100.0 * int(round(float(settings["shared"]) * d)) / d
 
 
 # what every run's metrics.json must hold for compile to read it (psrnn.engine.fit writes more)
@@ -352,70 +336,3 @@ def load_npz(path: Path) -> dict[str, np.ndarray] | None:
             return {k: z[k] for k in sorted(z.files)}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise UserError(f"{path}: damaged ({type(err).__name__}: {err}); delete its run folder") from None
-
-
-# --- manifests ----------------------------------------------------------------------------
-
-
-def _dig(d: Any, *paths: str) -> Any:
-    """The first of several dotted key paths present in a nested dict (None if none is).
-
-    Manifests are written by the data preparation code; reading a few spellings keeps
-    compile working while that format settles.
-    """
-    for path in paths:
-        cur = d
-        for key in path.split("."):
-            if isinstance(cur, dict) and key in cur:
-                cur = cur[key]
-            else:
-                cur = None
-                break
-        if cur is not None:
-            return cur
-    return None
-
-
-def manifest_stats(m: dict[str, Any]) -> dict[str, float | None]:
-    """Table 1's numbers from a manifest: mean length (train split), classes, split sizes."""
-    out: dict[str, float | None] = {"classes": _num(_dig(m, "num_classes", "classes"))}
-    for split in C_SPLITS:
-        out[split] = _num(
-            _dig(
-                m,
-                f"counts.{split}",
-                f"splits.{split}.count",
-                f"splits.{split}.n",
-                f"splits.{split}.size",
-                f"{split}.count",
-                f"{split}.n",
-                f"sizes.{split}",
-            )
-        )
-    mean = _dig(
-        m,
-        "lengths.train.mean",
-        "length.train.mean",
-        "splits.train.length.mean",
-        "splits.train.lengths.mean",
-        "splits.train.mean_length",
-        "train.length.mean",
-        "mean_length.train",
-        "length_stats.train.mean",
-    )
-    out["mean_length"] = _num(mean)
-    return out
-
-
-C_SPLITS = ("train", "valid", "test")
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, (list, tuple)):  # e.g. classes given as a list of names
-        return float(len(v))
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None

@@ -23,7 +23,8 @@ from psrnn.report.collect import Suite
 
 @dataclass
 class Table:
-    name: str  # file stem: table1 .. table4
+    name: str  # its LaTeX label (tab:<name>), usually its file stem: table1, table4.5
+    heading: str  # what the study calls it ("Table 2", "Table 4.5a"), before its caption
     title: str  # caption without the config label
     data: pd.DataFrame  # numbers (CSV)
     display: pd.DataFrame  # formatted strings (Markdown, LaTeX)
@@ -57,7 +58,7 @@ def to_markdown(t: Table, s: Suite) -> str:
     cols = list(t.display.columns)
     label = "" if s.scale_label is None else f"\n\n**{s.scale_label}**"
     lines = [
-        f"**Table {t.name.removeprefix('table')}.** {caption(t, s)}{label}",
+        f"**{t.heading}.** {caption(t, s)}{label}",
         "",
         "| " + " | ".join(fmt.md(c) for c in cols) + " |",
         "|" + "|".join("---:" if a == "r" else "---" for a in t.align) + "|",

@@ -14,6 +14,7 @@ STUDY = Study(
     hooks="psrnn.studies.private_shared.hooks:PrivateSharedHooks",
     results="psrnn.studies.private_shared.results.compile",
     reference="config/reference.yaml",
+    reference_ids="psrnn.studies.private_shared.results.reading:reference_ids",
     data_jobs=(
         "psrnn.studies.private_shared.data.fixtures",
         "psrnn.studies.private_shared.data.download",

@@ -170,7 +170,8 @@ def ablation_table(s: Suite) -> Table:
             disp.append({"Model": label, "": what, **{f"{r['bits']} bits": cell(r) for r in block}})
     columns = ["Model", "", *(f"{k} bits" for k in bits)]
     return Table(
-        "table4.5a",  # for the captions ("Table 4.5a"); the files are tables/ablations.*
+        "table4.5a",  # the LaTeX label (tab:table4.5a); the files are tables/ablations.*
+        "Table 4.5a",
         "Ablations: each Table 4.5 experiment beside the same experiment and grid with one run setting "
         "changed: "
         + "; ".join(f"{k}, {what}" for k, what in ABLATION_SETTINGS.items())

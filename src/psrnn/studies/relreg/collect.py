@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
+from psrnn.report import collect as shared
 from psrnn.report import fmt
 from psrnn.report.collect import Suite, load_notes, load_runs, load_selections, load_settings, suite_run
 from psrnn.report.stats import Summary
@@ -49,15 +50,18 @@ def reference_rows(reference: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for key in ("table45", "figures") for r in reference.get(key, [])}
 
 
+def reference_ids(reference: dict[str, Any]) -> set[str]:
+    """The ids of config/relreg-reference.yaml's rows a suite config's `ref:` may name (its
+    Study's reference_ids): Table 4.5's and the figure-only ones."""
+    return set(reference_rows(reference))
+
+
 def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
-    """A `ref:` that names no reference row is a typo that would silently drop a row; so is a
-    row id in the reference's `equivalent` or `no_settings` that is no Table 4.5 row (the margin
-    and the rows without settings read them)."""
-    known = reference_rows(reference)
+    """A `ref:` that names no reference row is a typo that would silently drop a row
+    (psrnn.report.collect.check_refs); so is a row id in the reference's `equivalent` or
+    `no_settings` that is no Table 4.5 row (the margin and the rows without settings read them)."""
+    shared.check_refs(cfg, reference)
     where = reference.get("file", REFERENCE_PATH.name)
-    for name, exp in cfg["experiments"].items():
-        if exp.get("ref") is not None and exp["ref"] not in known:
-            raise C.ConfigError(f"experiments.{name}.ref: {exp['ref']!r} is not a row of {where}")
     table45 = {r["id"] for r in reference.get("table45", [])}
     listed = [("equivalent", i) for group in reference.get("equivalent", []) for i in group]
     listed += [("no_settings", i) for i in reference.get("no_settings", [])]

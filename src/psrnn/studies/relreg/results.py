@@ -144,6 +144,7 @@ def table45(s: Suite, table: str = SEARCH) -> Table:
     how = selection_caption(s, table_exps) if table == SEARCH else fixed_caption(s, table_exps)
     return Table(
         "table4.5" if table == SEARCH else "table4.5-thesis",
+        "Table 4.5" if table == SEARCH else "Table 4.5-thesis",
         f"Test accuracy (%) per number of bits of the Binary Counter (thesis Table 4.5), {what}. Thesis: as "
         'printed, its sequence-level ("best sentence") accuracy. Ours, sequence: the same metric, the '
         "fraction of test numbers whose k output bits are all right (exact match), mean [95% interval of the "

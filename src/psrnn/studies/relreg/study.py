@@ -14,6 +14,7 @@ STUDY = Study(
     hooks="psrnn.studies.relreg.hooks:RelRegHooks",
     results="psrnn.studies.relreg.results",
     reference="config/relreg-reference.yaml",
+    reference_ids="psrnn.studies.relreg.collect:reference_ids",
     data_jobs=(),
     paper=None,
     resume_exempt=("progress", "device"),

@@ -21,7 +21,8 @@ Same inputs give byte-identical outputs; unfinished runs are shown as missing ("
 Every study's config is compiled by its results module (psrnn.registry): the first
 study's is psrnn.studies.private_shared.results.compile, the second's
 psrnn.studies.relreg.results (Table 4.5 and Figures 4.1-4.4); both build on psrnn.report.
-Modules: compile (the command), collect (reading), stats, tables, figures, forest, report,
+Modules: compile (the command), reading (what it reads beyond psrnn.report.collect: model
+kinds, Table 1's manifest numbers, the rows a `ref:` names), tables, figures, forest, report,
 paper.
 This file holds what the workflow needs without them: the output names and figure titles.
 """

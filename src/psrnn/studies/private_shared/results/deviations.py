@@ -14,6 +14,7 @@ from psrnn.report import fmt
 from psrnn.report.collect import Suite, all_runs
 from psrnn.studies.private_shared import settings as S
 from psrnn.studies.private_shared.datasets import REGISTRY
+from psrnn.studies.private_shared.results.reading import kind_of
 from psrnn.studies.private_shared.results.tables import DATASET_LABEL, settings_diffs
 
 PAPER_PATIENCE = 50
@@ -163,7 +164,7 @@ def setting_deviations(s: Suite) -> list[Deviation]:
     table2 = {r["id"]: r for r in s.reference["table2"]}
     fig_ref = {r["id"]: r for r in s.reference.get("figures", [])}
     for exp in s.experiments:
-        st, aux = s.settings[exp], s.kind(exp) != "gru"
+        st, aux = s.settings[exp], kind_of(s, exp) != "gru"
         if st.get("optimizer", "sgdr") != "sgdr":
             found.append(("optimizer", "SGDR", st["optimizer"], exp))
         found.append(("main GRU initialisation", "not given", init_text(s, exp, st), exp))

@@ -28,11 +28,12 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psrnn.report import FOREST, forest_drawn  # noqa: E402
-from psrnn.report.collect import Suite, load_history, load_npz, shared_percent  # noqa: E402
+from psrnn.report.collect import Suite, load_history, load_npz  # noqa: E402
 from psrnn.report.figures import STYLE, figure, placeholder, save  # noqa: E402,F401 (save: for compile)
 from psrnn.studies.private_shared.results import FIGURE_TITLES as TITLES  # noqa: E402
 from psrnn.studies.private_shared.results import paper_figures  # noqa: E402
 from psrnn.studies.private_shared.results.forest import verdicts_forest  # noqa: E402
+from psrnn.studies.private_shared.results.reading import kind_of, shared_percent  # noqa: E402
 from psrnn.studies.private_shared.results.tables import best_experiment, metric, table2_experiments  # noqa: E402
 
 COLORS = {"acc": "C0", "main": "C1", "aux": "C2"}
@@ -68,7 +69,7 @@ def fig2_shared_proportion(s: Suite) -> Figure:
     for r in ref:
         for exp in s.experiments_for(r["id"]):
             if s.runs.get(exp):
-                aux = metric(s, exp, "test_aux_loss") if s.kind(exp) != "gru" else None
+                aux = metric(s, exp, "test_aux_loss") if kind_of(s, exp) != "gru" else None
                 ours.append(
                     (
                         shared_percent(s.settings[exp]),
@@ -224,7 +225,7 @@ def curves(s: Suite, exp: str) -> Figure:
     if not runs:
         return placeholder(fig, f"{exp}: no finished run")
     ax_acc, ax_main, ax_aux = fig.subplots(1, 3)
-    has_aux = s.kind(exp) != "gru"
+    has_aux = kind_of(s, exp) != "gru"
     for i, (seed, h) in enumerate(runs):
         c = f"C{i % 10}"
 
@@ -286,7 +287,7 @@ def fig1_models(s: Suite) -> list[tuple[str, str, int]]:
         return out + [("ps", ps, with_norms(ps))]
     exp, _ = fig3_experiment(s)
     if exp is not None and with_norms(exp) is not None:
-        return [(s.kind(exp), exp, with_norms(exp))]
+        return [(kind_of(s, exp), exp, with_norms(exp))]
     return []
 
 

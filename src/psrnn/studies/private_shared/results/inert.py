@@ -76,11 +76,12 @@ def inert_lines(s: Any) -> list[str]:
     validation aux loss as a share of it, and how many runs never left it."""
     from psrnn.report import fmt
     from psrnn.report.collect import load_history
+    from psrnn.studies.private_shared.results.reading import kind_of
 
     rows = []
     for exp in s.experiments:
         settings = s.settings[exp]
-        if s.kind(exp) == "gru":
+        if kind_of(s, exp) == "gru":
             continue  # no auxiliary task
         floor = run_floor(settings, step_floor(prepared_dir(s.cfg, settings)))
         bests = []

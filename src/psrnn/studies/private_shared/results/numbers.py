@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from psrnn import config as C
 from psrnn.report import fmt, stats
-from psrnn.report.collect import Suite, manifest_stats
+from psrnn.report.collect import Suite
 from psrnn.report.stats import (
     MISSING,
     PP,
@@ -31,6 +31,7 @@ from psrnn.report.stats import (
     t_quantile,
     verdict,
 )
+from psrnn.studies.private_shared.results.reading import manifest_stats
 from psrnn.studies.private_shared.results.tables import (
     DATASET_LABEL,
     MODEL_LABEL,

@@ -12,7 +12,8 @@ mean`, say), so a row says what makes it what it is.
 from __future__ import annotations
 
 from psrnn.report import fmt
-from psrnn.report.collect import Suite, model_kind, shared_percent
+from psrnn.report.collect import Suite
+from psrnn.studies.private_shared.results.reading import model_kind, shared_percent
 from psrnn.studies.private_shared.results.tables import MODEL_LABEL, accuracy, metric, own_settings
 
 

@@ -17,9 +17,10 @@ import math
 import pandas as pd
 
 from psrnn.report import fmt
-from psrnn.report.collect import Suite, manifest_stats, model_kind, shared_percent
+from psrnn.report.collect import Suite
 from psrnn.report.stats import LOSS, MISSING, PERCENT, WIDE_PP, Summary, bounded, summarize
 from psrnn.report.tables import Table, caption, to_csv, to_latex, to_markdown  # noqa: F401 (the writers, for compile)
+from psrnn.studies.private_shared.results.reading import kind_of, manifest_stats, model_kind, shared_percent
 from psrnn.studies.private_shared.settings import RunConfig
 
 MODEL_LABEL = {"gru": "GRU", "full": "full share", "ps": "private/shared"}
@@ -70,7 +71,9 @@ def best_experiment(s: Suite, exps: list[str]) -> str | None:
 
 def table2_experiments(s: Suite, dataset: str, kind: str) -> list[str]:
     return [
-        e for e in s.experiments if (s.ref_of(e) or "").startswith(f"table2/{dataset}/") and s.kind(e) == kind
+        e
+        for e in s.experiments
+        if (s.ref_of(e) or "").startswith(f"table2/{dataset}/") and kind_of(s, e) == kind
     ]
 
 
@@ -167,6 +170,7 @@ def table1(s: Suite) -> Table:
         )
     return Table(
         "table1",
+        "Table 1",
         "Dataset statistics: the paper's Table 1 beside ours, measured from the "
         "prepared data (mean length of the training split).",
         pd.DataFrame(rows),
@@ -238,6 +242,7 @@ def table2(s: Suite) -> Table:
             )
     return Table(
         "table2",
+        "Table 2",
         "Main results: test accuracy (%) of every row of the paper's Table 2 "
         "(DBpedia from the thesis), ours as mean ± std over seeds (n seeds), "
         "Δ = ours − paper. Tasks, shares, anchors and window are the paper's; "
@@ -293,6 +298,7 @@ def table3(s: Suite) -> Table:
         disp.append(d)
     return Table(
         "table3",
+        "Table 3",
         "Test accuracy (%) on sequential MNIST and CIFAR-10: published results "
         "and ours (for each model kind, the table2 experiment with the best mean "
         "validation accuracy; mean ± std over seeds).",
@@ -314,7 +320,7 @@ def table4(s: Suite) -> Table:
             acc = accuracy(s, exp) if exp else MISSING
             main = loss(s, exp, "test_main_loss") if exp else MISSING
             aux = loss(s, exp, "test_aux_loss") if exp else MISSING
-            if exp and s.kind(exp) == "gru":
+            if exp and kind_of(s, exp) == "gru":
                 aux = MISSING  # no auxiliary task: the paper's "-", not a measured 0
             sp = shared_percent(s.settings[exp]) if exp else math.nan
             p = params(s, exp) if exp else math.nan
@@ -355,6 +361,7 @@ def table4(s: Suite) -> Table:
             )
     return Table(
         "table4",
+        "Table 4",
         "Shared-proportion sweep on CIFAR-10 (paper Table 4): test accuracy (%), "
         "test main (cross-entropy) and auxiliary loss, parameters; ours as mean ± std "
         "over seeds.",
