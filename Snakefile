@@ -21,6 +21,7 @@ from psrnn import config as C
 from psrnn.engine import groups as G
 from psrnn import workflow as W
 from psrnn.errors import UserError
+from psrnn.files import unwritable
 
 min_version("9.20")  # pyproject.toml's workflow group
 
@@ -54,6 +55,8 @@ if not workflow.overwrite_configfiles:
 try:
     CFG = C.load_suite(SUITE)
     W.check_stamped_files(CFG)  # a damaged manifest.json or selected.json: stop before planning
+    if why := unwritable(C.results_root(CFG)):  # a read-only results folder: one line, not a stack per job
+        raise UserError(why)
 except UserError as err:  # one line, as the CLI says it: a traceback of our frames helps no one
     sys.exit(f"psrnn: {err}")
 RESULTS = str(C.results_root(CFG))

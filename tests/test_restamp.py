@@ -314,3 +314,106 @@ def test_verify_re_trains_what_an_earlier_sample_stamped_and_names_a_record_that
     assert sorted(first["verified"] + added["verified"]) == sorted(str(p) for p in runs if str(p) != sampled)
     again = subprocess.run(verify, capture_output=True, text=True).stdout
     assert "every run stamped by a restamp was re-trained by one" in again
+
+
+# a write that fails part-way: the third metrics.json restamp writes (paths under the working
+# folder; a run re-trained in the scratch folder writes an absolute path) raises ENOSPC
+FAIL_THIRD_STAMP = """
+import errno, os
+import psrnn.files as F
+_write, _count = F.write_json, [0]
+def write_json(target, obj):
+    if str(target).endswith("metrics.json") and not os.path.isabs(str(target)):
+        _count[0] += 1
+        if _count[0] == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+    _write(target, obj)
+F.write_json = write_json
+"""
+
+
+def stale_code(config: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "psrnn", "stale", "--config", config, "--code"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()
+
+
+def test_a_write_failure_part_way_leaves_the_stamped_runs_proven_and_the_next_restamp_finishes(ci, tmp_path):
+    """Issue 51 case 3a: the third stamp fails (no space left). The command says so in one
+    line; the proof, written first, names every run it stamps (and is marked incomplete);
+    the runs stamped carry today's digest, the rest stay stale, exactly what `stale --code`
+    lists; the same command proves and stamps the rest, with a second proof record."""
+    import os
+
+    cfg = ci["ci"]
+    now = codehash.training_digest("relreg")
+    runs = sorted(C.results_root(cfg).glob("*/*/*/metrics.json"))
+    assert len(runs) == 6
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FAIL_THIRD_STAMP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "No space left on device; re-stamped 2 of 6 run(s)" in line
+    assert "run the same command again to finish" in line
+    proof = C.results_root(cfg) / "restamp.json"
+    [first] = read_json(proof)["restamps"]
+    stamped = [p for p in runs if read_json(p)["training_code"] == now]
+    unstamped = [p for p in runs if p not in stamped]
+    assert len(stamped) == 2 and first["complete"] is False
+    assert {str(p) for p in stamped} <= set(first["restamped"]) and first["to"] == now
+    assert all(read_json(p)["restamped_from"] == OLD for p in stamped)
+    assert all(read_json(p)["training_code"] == OLD for p in unstamped)
+    listed = [ln.split(": ")[0] for ln in stale_code("ci.yaml") if "trained by other code" in ln]
+    assert sorted(listed) == sorted(str(p) for p in unstamped)
+    again = subprocess.run(argv, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert all(read_json(p)["training_code"] == now for p in runs)
+    first, second = read_json(proof)["restamps"]
+    assert first["complete"] is True and second["complete"] is True
+    assert sorted(second["restamped"]) == sorted(str(p) for p in unstamped)
+    for exp in C.enabled_experiments(cfg):
+        assert W.is_current(C.selection_path(cfg, exp), W.selection_stamp(cfg, exp))
+    assert stale_runs(cfg, code=True) == []
+
+
+def test_a_deleted_proof_is_named_and_restamp_verify_proves_the_runs_again(ci):
+    """Issue 51 case 3c: a restamp keeps each stamped run's old digest (`restamped_from`), so
+    with restamp.json deleted its runs are not taken for today's code's: `stale --code` names
+    them and says to restore the file from git, restamp refuses in one line (its new record
+    would replace the lost ones), and `restamp --verify` re-trains them and writes a proof.
+    A run trained by today's code (no `restamped_from`) needs no proof and is not named."""
+    cfg = ci["ci"]
+    now = codehash.training_digest("relreg")
+    runs = sorted(C.results_root(cfg).glob("*/*/*/metrics.json"))
+    trained_today = next(p for p in runs if "lstm_l2" in str(p) and "/search/" in str(p))
+    for path in runs:  # as a restamp leaves them, its restamp.json then deleted
+        extra = {} if path == trained_today else {"restamped_from": OLD}
+        write_json(path, {**read_json(path), "training_code": now, **extra})
+    proof = C.results_root(cfg) / "restamp.json"
+    assert not proof.exists()
+    lines = stale_code("ci.yaml")
+    named = [ln.split(": ")[0] for ln in lines if "does not name" in ln and ln.startswith("results/")]
+    assert sorted(named) == sorted(str(p) for p in runs if p != trained_today)
+    assert f"restore it from git (git checkout -- {proof})" in lines[-1]
+    refused = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert f"{len(named)} run(s) were re-stamped by a restamp that {proof} does not name" in line
+    assert not proof.exists()
+    verify = subprocess.run(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml", "--verify"],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stderr
+    [record] = read_json(proof)["restamps"]
+    assert sorted(record["verified"]) == sorted(named)
+    assert not any("does not name" in ln for ln in stale_code("ci.yaml"))

@@ -165,3 +165,19 @@ def sole_writer(out_dir: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):  # not empty (another run's folder beside it): kept
             for folder in made:
                 folder.rmdir()
+
+
+def unwritable(folder: str | Path) -> str | None:
+    """Why the jobs could not write into `folder` (made where missing), or None: the first
+    part of its path that exists is a file, or a folder this user may not write into (a
+    read-only file system, or its permissions). Snakemake's planning checks the results and
+    data folders with it, so a user reads one line naming the folder instead of each job's
+    (or Snakemake's own) stack."""
+    path = Path(folder).absolute()
+    while not path.exists() and not path.is_symlink():
+        path = path.parent
+    if not path.is_dir():
+        return f"{path}: a file where a folder of {folder} should be: move it away"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path}: not writable (a read-only file system, or its permissions): {folder} cannot be made"
+    return None

@@ -28,7 +28,12 @@ Writing: one restamp per results folder at a time (a lock; a second one is refus
 `restamp.json` is read before anything trains (a damaged one stops it), and the proof (the
 digests, the runs re-trained, the machine, the command; every restamp's, oldest first) is
 written before any stamp, so a stamp never exists without its proof; a run whose stamp was
-not written (an interrupted restamp) stays stale and is re-trained next time.
+not written (an interrupted restamp, a full disk: one line) stays stale and is re-trained
+next time, which also finishes the interrupted one (its proof's `complete` is false until
+then). Each stamp keeps the run's old digest (`restamped_from`): a run that a restamp
+stamped is told from one trained by today's code, so a deleted proof is named (by `stale
+--code`; restamp refuses) instead of passing unseen: restore restamp.json from git, or
+`--verify` re-trains them. Stamps from before `restamped_from` carry none (psrnn.engine.proofs).
 
 Why not trust a digest of the code alone: a refactor changes the code, so only its numbers
 can show it changed nothing; and a sample proves only the code paths its runs take (a run
@@ -47,6 +52,7 @@ from psrnn import config as C
 from psrnn import registry
 from psrnn.engine import codehash
 from psrnn.engine.groups import fused_finals, fused_search, group_key, group_marker, search_groups
+from psrnn.engine.proofs import earlier_proofs, finals, lock, lost, lost_line, searches, unproven
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
@@ -66,19 +72,6 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="re-train the runs an earlier restamp stamped without re-training them, compare, stamp nothing",
     )
-
-
-def finals(cfg: dict[str, Any], exp: str) -> list[Path]:
-    """The records of the experiment's final runs, by seed."""
-    return [Path(C.run_dir(cfg, exp, s)) / "metrics.json" for s in cfg["seeds"]]
-
-
-def searches(cfg: dict[str, Any], exp: str, points: list[str] | None = None) -> list[Path]:
-    """The records of the experiment's search runs (of `points`; default: its grid's), in
-    grid order."""
-    if points is None:
-        points = [pid for pid, _ in C.grid_points(cfg["experiments"][exp])] if C.has_grid(cfg, exp) else []
-    return [Path(C.search_dir(cfg, exp, pid)) / "metrics.json" for pid in points]
 
 
 def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int | None) -> list[Path]:
@@ -219,6 +212,64 @@ def stamp_checkpoint(run_dir: Path, old: set[str], new: str) -> bool:
     return True
 
 
+def write_stamps(
+    cfg: dict[str, Any],
+    proof_path: Path,
+    records: dict[Path, dict[str, Any]],
+    selections: dict[str, Path],
+    new: str,
+) -> int:
+    """Stamp the proven runs `records` (each its checkpoint, then its metrics.json, which
+    keeps the digest it had as `restamped_from`), then the `selections`: the number of
+    checkpoints stamped. A run whose metrics.json was not stamped (a write failed) stays
+    stale, for `stale --code` to list and the next restamp to prove; the failure is one line."""
+    from psrnn import workflow as W
+
+    old = {str(r["training_code"]) for r in records.values()}
+    done = checkpoints = 0
+    try:
+        for path, record in records.items():
+            checkpoints += stamp_checkpoint(path.parent, old, new)
+            stamp(path, {"training_code": new, "restamped_from": record["training_code"]})
+            done += 1
+        for exp, path in selections.items():
+            stamp(path, W.selection_stamp(cfg, exp, digest=new))
+    except OSError as err:
+        raise UserError(
+            f"{err.filename or 'a file'}: {err.strerror or err}; re-stamped {done} of {len(records)} run(s), "
+            f"each named in {proof_path}; the rest stay stale: run the same command again to finish"
+        ) from None
+    return checkpoints
+
+
+def current(path: Path, new: str) -> bool:
+    return path.is_file() and read_json(path).get("training_code") == new
+
+
+def finish(
+    cfg: dict[str, Any], config: str, proof_path: Path, earlier: list[dict[str, Any]], new: str
+) -> None:
+    """Finish what an interrupted restamp to `new` left undone (its proof's `complete` is
+    false): the selections it names whose search runs all record `new`, and Snakemake's
+    records of the runs it stamped. Its runs left unstamped are stale: this restamp proves them."""
+
+    for record in earlier:
+        if record.get("complete", True) or record.get("to") != new:
+            continue
+        stamped = [p for p in map(Path, record.get("restamped", [])) if current(p, new)]
+        named = set(record.get("restamped_selections", []))
+        selections = {
+            exp: path
+            for exp, path in stale_selections(cfg, set(record.get("from", []))).items()
+            if str(path) in named and all(current(s, new) for s in searches(cfg, exp))
+        }
+        write_stamps(cfg, proof_path, {}, selections, new)
+        forget_params(cfg, config, [*stamped, *proven_markers(cfg, stamped), *selections.values()])
+        record["complete"] = True
+        write_json(proof_path, {"restamps": earlier})
+        print(f"finished the interrupted restamp to {new[:12]}: {len(selections)} selection(s) re-stamped")
+
+
 def forget_params(cfg: dict[str, Any], config: str, outputs: list[Path]) -> int:
     """Snakemake's records of the jobs that made `outputs` dropped (`--cleanup-metadata`):
     their params carry the old digest, so Snakemake would re-run them ("Params have changed")
@@ -247,24 +298,6 @@ def forget_params(cfg: dict[str, Any], config: str, outputs: list[Path]) -> int:
     return len(outputs)
 
 
-def lock(cfg: dict[str, Any]) -> Any:
-    """An exclusive lock on the suite's results folder for this process' life (released when
-    it ends, however): a second restamp of it is a UserError. The lock file lives in the temp
-    folder, keyed by the folder's absolute path, so the results tree gets no file of its own."""
-    import fcntl
-    import hashlib
-
-    root = C.results_root(cfg).resolve()
-    key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    fh = open(Path(tempfile.gettempdir()) / f"psrnn-restamp-{key}.lock", "w")  # noqa: SIM115 (held)
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise UserError(f"another restamp of {C.results_root(cfg)} is running: wait for it to end") from None
-    return fh
-
-
 def proven_markers(cfg: dict[str, Any], proven: list[Path]) -> list[Path]:
     """The search groups' markers (Snakemake's outputs of their jobs) whose every member is proven."""
     done = set(proven)
@@ -275,19 +308,6 @@ def proven_markers(cfg: dict[str, Any], proven: list[Path]) -> list[Path]:
                 if all(p in done for p in searches(cfg, exp, points)):
                     out.append(group_marker(cfg, exp, group))
     return out
-
-
-def earlier_proofs(path: Path) -> list[dict[str, Any]]:
-    """restamp.json's proofs so far ([] without the file); a damaged one is a UserError before
-    anything trains (its proofs would be lost by writing a new file)."""
-    if not path.is_file():
-        return []
-    found = read_json(path)
-    if not isinstance(found, dict) or not isinstance(found.get("restamps"), list):
-        raise UserError(
-            f"{path}: no 'restamps' list; restore it from git (git checkout -- {path}) and run again"
-        )
-    return found["restamps"]
 
 
 def prove(
@@ -327,21 +347,6 @@ def prove(
                 )
             proven.add(path)
     return retrained, [p for p in records if p in proven]
-
-
-def unproven(cfg: dict[str, Any], earlier: list[dict[str, Any]], new: str) -> list[Path]:
-    """The finished runs that record today's digest `new` though no proof in restamp.json
-    re-trained them: what an earlier restamp stamped from a sample (before a restamp
-    re-trained every run it stamped), in experiment, final-then-search order."""
-    if not any(p.get("to") == new for p in earlier):
-        return []  # today's digest came from training, not from a restamp
-    proven = {r for p in earlier for r in (*p.get("retrained", []), *p.get("verified", []))}
-    out = []
-    for exp in C.enabled_experiments(cfg):
-        for path in finals(cfg, exp) + searches(cfg, exp):
-            if path.is_file() and str(path) not in proven and read_json(path).get("training_code") == new:
-                out.append(path)
-    return out
 
 
 def verify(
@@ -385,7 +390,6 @@ def verify(
 
 
 def run(args: argparse.Namespace) -> int:
-    from psrnn import workflow as W
     from psrnn.engine.stale import stale_runs
     from psrnn.machine import cpu_name
 
@@ -398,6 +402,10 @@ def run(args: argparse.Namespace) -> int:
     new = codehash.training_digest(registry.study_name(cfg))
     if args.verify:
         return verify(cfg, args, earlier, proof_path, new)
+    if missing := lost(cfg, earlier, new):  # a proof deleted: its runs are not today's code's
+        raise UserError(lost_line(cfg, missing, args.config))
+    if not args.dry_run:
+        finish(cfg, args.config, proof_path, earlier, new)
     stale = [path for path, _, _ in stale_runs(cfg, code=True)]
     if not stale:
         print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
@@ -416,20 +424,22 @@ def run(args: argparse.Namespace) -> int:
             "from": moved_from,
             "to": new,
             "retrained": [str(p) for p in retrained],
+            "restamped": [str(p) for p in proven],
             "restamped_runs": len(proven),
             "left_stale": len(left),
             "restamped_selections": [str(p) for p in selections.values()],
             "machine": f"{cpu_name()}, torch threads as each run recorded",
             "command": command + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
+            "complete": False,  # until every stamp and Snakemake record is done
         }
-        write_json(proof_path, {"restamps": [*earlier, record]})  # the proof first: no stamp without it
-        for path in proven:
-            stamp(path, {"training_code": new})
-        checkpoints = sum(stamp_checkpoint(path.parent, old, new) for path in proven)
-        for exp, path in selections.items():
-            stamp(path, W.selection_stamp(cfg, exp, digest=new))
-        outputs = [*proven, *proven_markers(cfg, proven), *selections.values()]
-        forgot = forget_params(cfg, args.config, outputs)
+        proofs = [*earlier, record]
+        write_json(proof_path, {"restamps": proofs})  # the proof first: no stamp without it
+        checkpoints = write_stamps(cfg, proof_path, {p: records[p] for p in proven}, selections, new)
+        forgot = forget_params(
+            cfg, args.config, [*proven, *proven_markers(cfg, proven), *selections.values()]
+        )
+        record["complete"] = True
+        write_json(proof_path, {"restamps": proofs})
         print(f"re-stamped {checkpoints} checkpoint(s); Snakemake's records of {forgot} output(s) dropped")
     what = "would re-stamp" if args.dry_run else "re-stamped"
     print(

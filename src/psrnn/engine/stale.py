@@ -101,4 +101,13 @@ def run(args: argparse.Namespace) -> int:
     done = " (forgotten: the next Snakemake run trains them again)" if args.forget and found else ""
     what = "trained by other training code" if args.code else "of other settings"
     print(f"stale {cfg['name']}: {len(found)} finished run(s) {what}{done}")
+    if args.code:  # runs a restamp stamped whose proof is gone look current: name them
+        from psrnn.engine import proofs
+
+        new = codehash.training_digest(registry.study_name(cfg))
+        lost = proofs.lost(cfg, proofs.earlier_proofs(proofs.proof_path(cfg)), new)
+        for path in lost:
+            print(f"{path}: re-stamped by a restamp that {proofs.proof_path(cfg)} does not name")
+        if lost:
+            print(f"stale {cfg['name']}: {proofs.lost_line(cfg, lost, args.config)}")
     return 0
