@@ -5,7 +5,10 @@
 
 Each command lives in the module that does the work; that module provides
 `configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are
-imported only when their command runs, so `--help` and light commands start fast.
+imported only when their command runs, so `--help` and light commands start fast. The
+shared commands are CORE; each study brings its own (psrnn.registry.Study.commands: the
+first study's data jobs, paper and recipe), listed after them, read from the registry,
+which imports none of a study's code.
 
 Every command takes `-q/--quiet` (no progress or info lines: only what was asked for, such as
 `config`'s listing or its --json, and warnings and errors) and `-v/--verbose` (debug messages
