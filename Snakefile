@@ -18,6 +18,7 @@ import sys
 from snakemake.utils import min_version
 
 from psrnn import config as C
+from psrnn import registry
 from psrnn.engine import groups as G
 from psrnn import workflow as W
 from psrnn.errors import UserError
@@ -61,6 +62,10 @@ except UserError as err:  # one line, as the CLI says it: a traceback of our fra
     sys.exit(f"psrnn: {err}")
 RESULTS = str(C.results_root(CFG))
 DATA = str(C.data_root(CFG))
+# The study's own jobs, outside the engine (fixtures, download, prepare: its data jobs; paper)
+# -> the `python -m psrnn` command each runs (psrnn.registry.Study.job_commands): the rules
+# below exist only for the jobs its study has (the second study: none).
+JOB = registry.study_of(CFG).job_commands
 
 
 onstart:
@@ -150,15 +155,13 @@ def train_resources():
 TRAIN_THREADS = W.train_threads(CFG)
 
 
-# On a cluster these run where Snakemake runs (the login node): downloads need the
-# internet, which compute nodes often lack; the paper needs the host's LaTeX; the rest
-# are seconds of work not worth a queue slot.
+# On a cluster these run where Snakemake runs (the login node), and so do fixtures,
+# download and paper (`localrule: True`): downloads need the internet, which compute nodes
+# often lack; the paper needs the host's LaTeX; the rest are seconds of work not worth a
+# queue slot.
 localrules:
     all,
-    fixtures,
-    download,
     select,
-    paper,
 
 
 wildcard_constraints:
@@ -177,52 +180,60 @@ rule all:
         G.targets(CFG, W.targets(CFG)),
 
 
-rule fixtures:
-    """Small synthetic archives in the upstream formats (configs with `fixtures:` only)."""
-    output:
-        W.fixture_files(CFG),
-    log:
-        f"{RESULTS}/logs/fixtures.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/fixtures.tsv"
-    params:
-        folder=lambda w, output: os.path.dirname(os.path.dirname(output[0])),  # <folder>/<ds>/MD5SUMS
-    shell:
-        "python -m psrnn fixtures {params.folder} > {log} 2>&1"
+if "fixtures" in JOB:
+
+    rule fixtures:
+        """Small synthetic archives in the upstream formats (configs with `fixtures:` only)."""
+        output:
+            W.fixture_files(CFG),
+        log:
+            f"{RESULTS}/logs/fixtures.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/fixtures.tsv"
+        localrule: True
+        params:
+            folder=lambda w, output: os.path.dirname(os.path.dirname(output[0])),  # <folder>/<ds>/MD5SUMS
+        shell:
+            f'python -m psrnn {JOB["fixtures"]} {{params.folder}} > {{log}} 2>&1'
 
 
-rule download:
-    """One dataset's upstream archives, md5-checked; download.json is written last."""
-    input:
-        lambda w: [ancient(f) for f in W.download_inputs(CFG, w.dataset)],
-    output:
-        f"{DATA}/raw/{{dataset}}/download.json",
-    log:
-        f"{RESULTS}/logs/download/{{dataset}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/download/{{dataset}}.tsv"
-    params:
-        spec=lambda w: W.dataset_spec(CFG, w.dataset),
-    shell:
-        'python -m psrnn download {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
+if "download" in JOB:
+
+    rule download:
+        """One dataset's upstream archives, md5-checked; download.json is written last."""
+        input:
+            lambda w: [ancient(f) for f in W.download_inputs(CFG, w.dataset)],
+        output:
+            f"{DATA}/raw/{{dataset}}/download.json",
+        log:
+            f"{RESULTS}/logs/download/{{dataset}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/download/{{dataset}}.tsv"
+        localrule: True
+        params:
+            spec=lambda w: W.dataset_spec(CFG, w.dataset),
+        shell:
+            f'python -m psrnn {JOB["download"]} {{wildcards.dataset}} --config "$PSRNN_CONFIG" > {{log}} 2>&1'
 
 
-rule prepare:
-    """Archives -> train/valid/test tensors + manifest.json (manifest written last)."""
-    input:
-        lambda w: current_or_plain(W.download_marker(CFG, w.dataset), W.dataset_stamp(CFG, w.dataset)),
-    output:
-        expand(f"{DATA}/prepared/{{{{dataset}}}}/{{name}}", name=W.SPLIT_FILES),
-    log:
-        f"{RESULTS}/logs/prepare/{{dataset}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/prepare/{{dataset}}.tsv"
-    resources:
-        mem_mb=16000,
-    params:
-        spec=lambda w: W.dataset_spec(CFG, w.dataset),
-    shell:
-        'python -m psrnn prepare {wildcards.dataset} --config "$PSRNN_CONFIG" > {log} 2>&1'
+if "prepare" in JOB:
+
+    rule prepare:
+        """Archives -> train/valid/test tensors + manifest.json (manifest written last)."""
+        input:
+            lambda w: current_or_plain(W.download_marker(CFG, w.dataset), W.dataset_stamp(CFG, w.dataset)),
+        output:
+            expand(f"{DATA}/prepared/{{{{dataset}}}}/{{name}}", name=W.SPLIT_FILES),
+        log:
+            f"{RESULTS}/logs/prepare/{{dataset}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/prepare/{{dataset}}.tsv"
+        resources:
+            mem_mb=16000,
+        params:
+            spec=lambda w: W.dataset_spec(CFG, w.dataset),
+        shell:
+            f'python -m psrnn {JOB["prepare"]} {{wildcards.dataset}} --config "$PSRNN_CONFIG" > {{log}} 2>&1'
 
 
 rule search:
@@ -369,23 +380,26 @@ rule compile:
         'python -m psrnn compile --config "$PSRNN_CONFIG" > {log} 2>&1'
 
 
-rule paper:
-    """paper/main.tex -> results/<name>/paper/paper.pdf against the compiled tables and
-    figures; build.json says whether it was built (the config's `latex:` decides whether
-    a missing latexmk is an error or a skip)."""
-    input:
-        report=W.compile_report(CFG),
-        metrics=W.compile_metrics(CFG),
-        tex=workflow.source_path("paper/main.tex"),
-    output:
-        W.paper_status(CFG),
-    log:
-        f"{RESULTS}/logs/paper.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/paper.tsv"
-    # LaTeX lives on the host, not in the CUDA image: a `run:` job runs in Snakemake's
-    # own environment, and `container: None` keeps its shell out of the image too.
-    container:
-        None
-    run:
-        shell('python -m psrnn paper --config "$PSRNN_CONFIG" > {log} 2>&1')
+if "paper" in JOB:
+
+    rule paper:
+        """paper/main.tex -> results/<name>/paper/paper.pdf against the compiled tables and
+        figures; build.json says whether it was built (the config's `latex:` decides whether
+        a missing latexmk is an error or a skip)."""
+        input:
+            report=W.compile_report(CFG),
+            metrics=W.compile_metrics(CFG),
+            tex=workflow.source_path("paper/main.tex"),
+        output:
+            W.paper_status(CFG),
+        log:
+            f"{RESULTS}/logs/paper.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/paper.tsv"
+        localrule: True
+        # LaTeX lives on the host, not in the CUDA image: a `run:` job runs in Snakemake's
+        # own environment, and `container: None` keeps its shell out of the image too.
+        container:
+            None
+        run:
+            shell(f'python -m psrnn {JOB["paper"]} --config "$PSRNN_CONFIG" > {{log}} 2>&1')

@@ -9,6 +9,7 @@ import pytest
 
 from psrnn import catalogue as K
 from psrnn import config as C
+from psrnn import registry
 from psrnn.cli import main
 
 ROOT = C.ROOT
@@ -57,7 +58,9 @@ def test_suite_configs_are_those_load_suite_accepts_and_the_rest_are_listed_apar
         assert o.about.endswith((".", "?")) and len(o.about) > 30, o  # a sentence of its header
     assert {s.file for s in suites} >= {"small.yaml", "paper.yaml", "quick.yaml", "relreg.yaml"}
     assert {o.file: o.kind for o in others}["schema.yaml"] == K.KINDS["$defs"]
-    assert [s.study for s in suites] == sorted((s.study for s in suites), key=["psrnn", "relreg"].index)
+    # by study in the registry's order, and every study has one at least
+    assert [s.study for s in suites] == sorted((s.study for s in suites), key=list(registry.STUDIES).index)
+    assert {s.study for s in suites} == set(registry.STUDIES)
 
 
 def test_every_suite_config_states_its_purpose_hardware_and_cost_with_their_sources(catalogue):

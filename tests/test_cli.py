@@ -1,14 +1,16 @@
 """The command line and atomic writes: the plumbing every command relies on."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from psrnn import files
+from psrnn import cli, files, registry
 from psrnn.cli import COMMANDS, main
 
 
@@ -27,6 +29,52 @@ def test_every_command_has_help_and_names_only_commands_and_options_that_exist(c
         for command, option in re.findall(r"python -m psrnn ([a-z-]+)((?: --[a-z-]+)?)", text):
             assert command in COMMANDS, (name, command)
             assert not option or option.strip() in helps[command], (name, command, option)
+
+
+def test_each_study_brings_its_own_commands_and_a_name_given_twice_is_refused(monkeypatch):
+    """The commands are psrnn.cli.CORE, then each study's own (Study.commands) in the
+    registry's order: a third study adds its commands in its study.py, editing no shared
+    file. Two studies giving one name, a study giving a shared command's, a job naming none
+    of its study's commands or job_commands that are not its data_jobs and paper, are
+    errors naming them."""
+    first = registry.STUDIES["psrnn"]
+    assert list(COMMANDS) == [*cli.CORE, *(c for s in registry.STUDIES.values() for c in s.commands)]
+    assert COMMANDS["prepare"] == first.commands["prepare"]
+    assert first.job_commands == {
+        "fixtures": "fixtures",
+        "download": "download",
+        "prepare": "prepare",
+        "paper": "paper",
+    }
+    assert not registry.STUDIES["relreg"].commands and not registry.STUDIES["relreg"].job_commands
+    third = dataclasses.replace(
+        first,
+        name="third",
+        data_jobs=("third.data",),
+        paper=None,
+        commands={"third-data": ("third.data", "make the third study's data")},
+        job_commands={"prepare": "third-data"},
+    )
+    fake = types.ModuleType("fake_studies")
+    fake.THIRD = third
+    fake.CLASH = dataclasses.replace(third, name="clash")
+    fake.NOJOB = dataclasses.replace(third, name="nojob", job_commands={"prepare": "nope"})
+    fake.OTHER = dataclasses.replace(third, name="other", data_jobs=("third.other",))
+    monkeypatch.setitem(sys.modules, "fake_studies", fake)
+    studies = registry.load_studies({**registry.PLUGINS, "third": "fake_studies:THIRD"})
+    assert list(cli.all_commands(studies.values()))[-1] == "third-data"
+    with pytest.raises(
+        ValueError, match=r"studies 'third' and 'clash' both have the command\(s\) \['third-data'\]"
+    ):
+        registry.load_studies({"third": "fake_studies:THIRD", "clash": "fake_studies:CLASH"})
+    with pytest.raises(ValueError, match="its 'prepare' job runs 'nope', which is none of its commands"):
+        registry.load_studies({"nojob": "fake_studies:NOJOB"})
+    with pytest.raises(ValueError, match="not the modules of its data_jobs and paper"):
+        registry.load_studies({"other": "fake_studies:OTHER"})
+    with pytest.raises(ValueError, match=r"study 'third' has the command\(s\) \['train'\], shared"):
+        cli.all_commands(
+            [dataclasses.replace(third, commands={"train": ("third.train", "its own training")})]
+        )
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from psrnn import config as C
+from psrnn import registry
 from psrnn.studies.private_shared import settings as S
 
 PAPER = C.ROOT / "config" / "paper.yaml"
@@ -597,14 +598,12 @@ def test_schema_run_properties_are_the_runconfig_fields():
     assert props == (fields - {"seed"}) | set(C.EXPERIMENT_META)
 
 
-@pytest.mark.parametrize("study", ["psrnn", "relreg"])
+@pytest.mark.parametrize("study", list(registry.STUDIES))
 def test_literal_run_fields_are_the_schema_enums(study):
     """Each study's enum-like run settings are typed Literal[...] with exactly the schema's
     choices, and the schema's run properties are the run settings' fields."""
     import dataclasses
     import typing
-
-    from psrnn import registry
 
     cls = registry.load(registry.STUDIES[study].run_config)
     hints = typing.get_type_hints(cls)

@@ -260,3 +260,31 @@ def test_the_fmnist_config_runs_in_two_time_limited_calls_at_toy_scale(tmp_path)
     assert second.stdout.count("finished before, skipped") == done_first
     assert len(list(root.glob("search/*/*/metrics.json"))) == 16
     assert len(list(root.glob("runs/*/seed0/metrics.json"))) == 4 and (root / "REPORT.md").exists()
+
+
+def test_prepare_data_runs_the_studys_own_download_and_prepare_commands(tmp_path, monkeypatch):
+    """gpu-run's data step runs the commands the study names for its download and prepare
+    jobs (Study.job_commands), and none for a study whose runs make their own data."""
+    import dataclasses
+    import subprocess
+
+    from psrnn import registry
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        subprocess, "run", lambda cmd, **kw: ran.append(cmd[3:]) or subprocess.CompletedProcess(cmd, 0)
+    )
+    monkeypatch.chdir(tmp_path)  # no prepared data here
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    first = registry.STUDIES["psrnn"]
+    jobs = {**first.job_commands, "download": "fetch", "prepare": "cut"}
+    monkeypatch.setitem(registry.STUDIES, "psrnn", dataclasses.replace(first, job_commands=jobs))
+    G.prepare_data(cfg, "small.yaml")
+    assert ran[:2] == [
+        ["fetch", "mnist", "--config", "small.yaml"],
+        ["cut", "mnist", "--config", "small.yaml"],
+    ]
+    assert len(ran) == 2 * len(C.enabled_datasets(cfg))
+    ran.clear()
+    G.prepare_data(C.load_suite(C.ROOT / "config" / "relreg.yaml"), "relreg.yaml")
+    assert ran == []

@@ -13,8 +13,10 @@ import pytest
 import yaml
 from suites import TINY
 
+from psrnn import catalogue as K
 from psrnn import config as C
 from psrnn import dvcparams as D
+from psrnn import registry
 from psrnn import workflow as W
 from psrnn.cli import main
 from psrnn.errors import UserError
@@ -23,6 +25,19 @@ from psrnn.studies.private_shared import settings as S
 ROOT = C.ROOT
 PAPER, SMALL = ROOT / "config" / "paper.yaml", ROOT / "config" / "small.yaml"
 PAPER_DBPEDIA = ROOT / "config" / "paper-dbpedia.yaml"
+
+
+def every_study(configs: list[str]) -> list[str]:
+    """`configs` (files of config/), and for each study none of them is of its first suite
+    config in the catalogue (config/README.md): a new study's are checked as well."""
+    suites, _ = K.entries()
+    covered = {s.study for s in suites if s.file in configs}
+    first = {}
+    for s in suites:
+        if s.study not in covered:
+            first.setdefault(s.study, s.file)
+    return [*configs, *first.values()]
+
 
 # --- psrnn.workflow: which config, which files --------------------------------------------
 
@@ -159,11 +174,27 @@ def job_counts(out: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
 
 
-@pytest.mark.parametrize("config", ["paper.yaml", "small.yaml", "relreg.yaml"])
+@pytest.mark.parametrize("config", every_study(["paper.yaml", "small.yaml", "relreg.yaml"]))
 def test_snakemake_lint_is_clean(tmp_path, config):
     res = snakemake("--lint", "--configfile", str(ROOT / "config" / config), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Congratulations, your workflow is in a good condition!" in res.stdout + res.stderr
+
+
+def test_the_data_and_paper_rules_are_those_of_the_configs_study(tmp_path):
+    """fixtures, download, prepare and paper are the study's own jobs (Study.job_commands):
+    the Snakefile defines those its config's study has, each running the command it names
+    (the first study's its data jobs and paper, the second's none)."""
+    own = {"fixtures", "download", "prepare", "paper"}
+    for config in every_study(["small.yaml", "relreg.yaml"]):
+        path = ROOT / "config" / config
+        res = snakemake("--list-rules", "--configfile", str(path), cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        rules = {line.split()[0] for line in res.stdout.splitlines() if line and not line[0].isspace()}
+        jobs = registry.study_of(C.load_suite(path)).job_commands
+        assert rules & own == set(jobs) and {"all", "train", "compile"} <= rules, config
+    res = snakemake("-n", "-p", "--until", "prepare", "--configfile", str(SMALL), cwd=tmp_path)
+    assert 'python -m psrnn prepare mnist --config "$PSRNN_CONFIG"' in res.stdout, res.stdout[-2000:]
 
 
 def test_dry_run_of_the_paper_config_lists_the_whole_grid(tmp_path):
@@ -314,12 +345,17 @@ def test_compiled_figures_tables_and_report_are_in_snakemakes_report():
     assert all((ROOT / "paper" / "report" / f"{c.lower()}.rst").is_file() for c, _ in shown.values())
 
 
-@pytest.mark.parametrize("config", ["small.yaml", "paper.yaml", "relreg.yaml", "relreg-full.yaml"])
+@pytest.mark.parametrize(
+    "config", every_study(["small.yaml", "paper.yaml", "relreg.yaml", "relreg-full.yaml"])
+)
 def test_every_compiled_output_of_each_study_has_its_own_caption(config):
     """Every file compile writes has a caption saying what it shows (the study's captions
-    module), and no two files shown in the report share one (each learning curve names its
-    experiment)."""
+    function, psrnn.registry.Study.captions), and no two files shown in the report share
+    one (each learning curve names its experiment); a study without captions shows none."""
     cfg = C.load_suite(ROOT / "config" / config)
+    if registry.study_of(cfg).captions is None:
+        assert W.report_items(cfg) == {}
+        return
     captions = W.report_captions(cfg)
     stems = {Path(f).stem for f in W.compile_outputs(cfg)}
     assert stems <= set(captions), stems - set(captions)

@@ -17,31 +17,15 @@ from psrnn import config as C
 from psrnn import dvcparams as D
 from psrnn import registry
 from psrnn import workflow as W
+from psrnn.engine import codehash
+from psrnn.engine import groups as G
 from psrnn.yamlfiles import read_yaml
 
 ROOT = C.ROOT
 NAME = C.load_suite(ROOT / "params.yaml")["name"]  # small-dvc: DVC's own folders (dvcparams.dvc_params)
-STAGES = {  # suite config -> its stages, upstream first
-    "params.yaml": ["data", "train", "compile"],
-    "config/relreg.yaml": ["relreg-train", "relreg-compile"],
-}
-STAGE_FILES = {  # what each stage's commands read besides the common ones
-    "data": [],
-    "train": [],
-    "compile": ["config/reference.yaml", "paper/main.tex"],
-    "relreg-train": ["config/relreg.schema.yaml"],
-    "relreg-compile": ["config/relreg.schema.yaml", "config/relreg-reference.yaml"],
-}
 # every stage runs the Snakefile over the whole package: the studies share the engine,
 # config and results code, and Snakemake decides which jobs a code edit re-runs (none)
 COMMON = ["Snakefile", "config/schema.yaml"]
-CODE = {  # the digest of its code each stage depends on (the `code` stage writes them)
-    "data": "psrnn-data",
-    "train": "psrnn-train",
-    "compile": "psrnn-compile",
-    "relreg-train": "relreg-train",
-    "relreg-compile": "relreg-compile",
-}
 CMD = re.compile(
     r"(?:python -m psrnn stale --config (?P<stale>[\w/.-]+) --forget && )?"
     r"(?:mkdir -p results/(?P<mkdir>[\w-]+)/search && )?"
@@ -54,6 +38,42 @@ def stages(name: str) -> dict[str, dict]:
     text = (ROOT / "dvc.yaml").read_text().replace("${name}", name)
     assert "${" not in text.split("plots:")[0]
     return yaml.safe_load(text)["stages"]
+
+
+def stage_configs() -> dict[str, list[str]]:
+    """Suite config -> its stages, upstream first, as dvc.yaml's commands name them (a
+    study's stages end in -data, -train or -compile, the first study's are those words)."""
+    out: dict[str, list[str]] = {}
+    for name, stage in stages("name").items():
+        if name != "code":
+            out.setdefault(CMD.fullmatch(stage["cmd"])["config"], []).append(name)
+    return out
+
+
+STAGES = stage_configs()
+
+
+def kind(stage: str) -> str:
+    return stage.rpartition("-")[2]
+
+
+def study_of(config: str) -> registry.Study:
+    return registry.study_of(C.load_suite(ROOT / config))
+
+
+def stage_files(config: str, stage: str) -> list[str]:
+    """What a stage's commands read besides the common files: its study's schema overlay,
+    and for compile its reference numbers and, with a paper job, the paper's source."""
+    s = study_of(config)
+    files = [s.schema] if s.schema else []
+    if kind(stage) == "compile":
+        files += [s.reference, *(["paper/main.tex"] if s.paper else [])]
+    return files
+
+
+def code(config: str, stage: str) -> str:
+    """The digest of its code a stage depends on (the `code` stage writes them)."""
+    return f"{study_of(config).name}-{kind(stage)}"
 
 
 def paths(entries: list) -> list[str]:
@@ -103,12 +123,13 @@ def test_dvc_resolves_the_stages():
         "code",
         *(s for ss in STAGES.values() for s in ss),
     ]
-    assert f"results/{NAME}/runs" in res.stdout and "results/relreg/runs" in res.stdout
+    for config in STAGES:
+        name = NAME if config == "params.yaml" else C.load_suite(ROOT / config)["name"]
+        assert f"results/{name}/runs" in res.stdout, config
 
 
 def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
     st = stages(NAME)
-    untils = {}
     for config, names in STAGES.items():
         cfg = C.load_suite(ROOT / config)
         for name in names:
@@ -117,42 +138,32 @@ def test_stages_delegate_to_snakemake_and_depend_on_their_code_and_params():
             assert m["mkdir"] in (None, cfg["name"])
             # runs another experiment left (dvc exp apply) are trained again, not refused at compile
             assert m["stale"] == (config if (m["until"] or "").startswith("train") else None), name
-            untils[name] = m["until"]
             deps = st[name]["deps"]
-            for path in [*COMMON, *STAGE_FILES[name]]:
+            for path in [*COMMON, *stage_files(config, name)]:
                 assert path in deps, (name, path)
                 assert (ROOT / path).exists(), path
-            assert f"results/code/{CODE[name]}.json" in deps and "src/psrnn" not in deps, name
+            assert f"results/code/{code(config, name)}.json" in deps and "src/psrnn" not in deps, name
             # Snakemake, not DVC, decides what a stage re-runs (dvc.yaml's header)
             assert st[name]["always_changed"] is True, name
             # DVC deletes a stage's outs before its command unless they persist: never
             for out in st[name]["outs"] + st[name].get("metrics", []):
                 assert isinstance(out, dict) and next(iter(out.values()))["persist"] is True, out
                 assert under(next(iter(out)), [str(C.data_root(cfg)), str(C.results_root(cfg))]), out
-    assert untils == {
-        "data": "prepare",
-        "train": "train",
-        "compile": None,
-        "relreg-train": "train final_group",  # config/relreg.yaml trains its final runs fused
-        "relreg-compile": None,
-    }
-    # the keys each stage tracks are the ones its jobs read (psrnn.workflow says which)
-    assert st["data"]["params"] == D.DVC_STAGE_PARAMS["data"]
-    assert st["train"]["params"] == D.DVC_STAGE_PARAMS["train"]
-    assert st["compile"]["params"] == [{"params.yaml": None}]  # the whole file
-    # config/relreg.yaml as it is (DVC cannot follow `extends:`, and it has none)
-    assert "extends" not in C.load_yaml(ROOT / "config" / "relreg.yaml")
-    assert st["relreg-train"]["params"] == [
-        {
-            "config/relreg.yaml": [
-                "study",
-                *D.DVC_STAGE_PARAMS["train"][:2],
-                *D.DVC_RELREG_PARAMS,
-                *D.DVC_STAGE_PARAMS["train"][2:],
-            ]
-        }
-    ]
-    assert st["relreg-compile"]["params"] == [{"config/relreg.yaml": None}]
+            # the data stage prepares, the train stage trains (the final runs fused where the
+            # config says so: config/relreg.yaml), the compile stage builds everything else
+            fused = "train final_group" if G.fused_finals(cfg) else "train"
+            assert m["until"] == {"data": "prepare", "train": fused, "compile": None}[kind(name)], name
+            # the keys each stage tracks are the ones its jobs read (psrnn.workflow says
+            # which): params.yaml's by key, another config's as {file: keys}, compile the whole
+            raw = C.load_yaml(ROOT / config)
+            assert "extends" not in raw, config  # DVC cannot follow `extends:`
+            keys = {
+                "data": D.DVC_STAGE_PARAMS["data"],
+                "train": D.train_stage_params(raw),
+                "compile": None,
+            }[kind(name)]
+            params = keys if config == "params.yaml" and keys else [{config: keys}]
+            assert st[name]["params"] == params, name
 
 
 def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
@@ -163,7 +174,8 @@ def test_the_code_stage_writes_the_digest_each_stage_depends_on(tmp_path):
         [sys.executable, "-m", "psrnn", "code-digest", "--out", str(out)], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
-    assert sorted(p.stem for p in out.iterdir()) == sorted(CODE.values())
+    written = {p.stem for p in out.iterdir()}
+    assert written == set(codehash.jobs()) >= {code(c, n) for c, names in STAGES.items() for n in names}
 
 
 def test_each_compile_stage_depends_on_its_studys_reference_and_schema():

@@ -5,7 +5,10 @@
 
 Each command lives in the module that does the work; that module provides
 `configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are
-imported only when their command runs, so `--help` and light commands start fast.
+imported only when their command runs, so `--help` and light commands start fast. The
+shared commands are CORE; each study brings its own (psrnn.registry.Study.commands: the
+first study's data jobs, paper and recipe), listed after them, read from the registry,
+which imports none of a study's code.
 
 Every command takes `-q/--quiet` (no progress or info lines: only what was asked for, such as
 `config`'s listing or its --json, and warnings and errors) and `-v/--verbose` (debug messages
@@ -27,25 +30,15 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 
 from psrnn.errors import UserError
+from psrnn.registry import STUDIES, Study
 
-# command -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
+# command -> (module, one-line help): the shared commands; each study adds its own
+# (psrnn.registry.Study.commands: the first study's data jobs, paper and recipe), after these
+CORE: dict[str, tuple[str, str]] = {
     "config": ("psrnn.config_cli", "validate a suite config and list its runs"),
-    "fixtures": (
-        "psrnn.studies.private_shared.data.fixtures",
-        "write small synthetic archives in the upstream formats",
-    ),
-    "digits": (
-        "psrnn.studies.private_shared.data.digits",
-        "cut one real-digit IDX pair into the four files prepare reads",
-    ),
-    "download": ("psrnn.studies.private_shared.data.download", "download and verify a dataset's archives"),
-    "prepare": (
-        "psrnn.studies.private_shared.data.prepare",
-        "turn downloaded archives into prepared sequence tensors",
-    ),
     "train": ("psrnn.engine.train", "train one model (one experiment, one seed)"),
     "train-group": (
         "psrnn.engine.group",
@@ -57,10 +50,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "select": ("psrnn.engine.choose", "pick an experiment's best grid point by validation accuracy"),
     "compile": ("psrnn.compile", "compile tables, figures and the report from finished runs"),
-    "paper": (
-        "psrnn.studies.private_shared.results.paper",
-        "build the paper PDF from the compiled tables and figures",
-    ),
     "explain": ("psrnn.explain", "print the runs behind one cell of a compiled table, and its verdict"),
     "check": ("psrnn.engine.regression", "compare runs' metrics with committed expected values"),
     "stale": (
@@ -71,16 +60,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "psrnn.engine.restamp",
         "re-stamp runs with today's training code once re-trained samples give their numbers",
     ),
-    "recipe": (
-        "psrnn.studies.private_shared.recipe",
-        "train the recipe study on real digits (config/recipe.yaml)",
-    ),
     "bench": ("psrnn.bench", "measure training speed, memory and data preparation"),
     "code-digest": (
         "psrnn.engine.codehash",
         "digests of the code each job runs, comments and docstrings aside",
     ),
 }
+
+
+def all_commands(studies: Iterable[Study]) -> dict[str, tuple[str, str]]:
+    """CORE, then each study's commands in the registry's order; a study's command that
+    has a shared command's name is an error naming both (two studies': psrnn.registry)."""
+    out = dict(CORE)
+    for study in studies:
+        if clash := sorted(CORE.keys() & study.commands.keys()):
+            raise ValueError(f"study {study.name!r} has the command(s) {clash}, shared commands of psrnn.cli")
+        out.update(study.commands)
+    return out
+
+
+COMMANDS = all_commands(STUDIES.values())  # reading the registry imports no study's code
+
 # Commands whose standard output is what the user asked for (a listing, JSON): -q keeps it
 # and silences only their info lines, which go to the `psrnn` logger. Every other command
 # prints its progress on stdout (the training loop's epoch lines among them), which -q drops.

@@ -18,12 +18,21 @@ DVC_STAGE_PARAMS = {
     "data": ["name", "fixtures", "datasets", "job_env"],
     "train": ["name", "seeds", "datasets", "defaults", "experiments", "resources", "job_env"],
 }
-# The protocol keys config/relreg.yaml sets beside them (its relreg-train stage tracks them
-# too, after `name` and `seeds`): how the search seeds, ties and groups are run
-DVC_RELREG_PARAMS = ["search_seed", "ties", "fused_search", "fused_finals"]
+# The protocol keys a suite config may set beside them (config/relreg.yaml sets them all):
+# how the search seeds, ties and groups are run; a train stage tracks those its config sets
+DVC_PROTOCOL_PARAMS = ["search_seed", "ties", "fused_search", "fused_finals"]
 # Optional keys written even when the source config lacks them (their meaning when
 # absent), because DVC stops on a tracked key that is missing from params.yaml.
 DVC_ABSENT = {"fixtures": "", "job_env": {}, "resources": {}, "defaults": {}}
+
+
+def train_stage_params(raw: dict[str, Any]) -> list[str]:
+    """The keys a train stage tracks in its config file, `raw` as written (not resolved):
+    `study` where it names one, `name` and `seeds`, the protocol keys it sets, then the rest
+    of DVC_STAGE_PARAMS["train"] (dvc.yaml lists them so; tests/test_workflow_dvc.py)."""
+    train = DVC_STAGE_PARAMS["train"]
+    own = [*(["study"] if "study" in raw else []), *train[:2]]
+    return [*own, *(k for k in DVC_PROTOCOL_PARAMS if k in raw), *train[2:]]
 
 
 DVC_SUFFIX = "-dvc"  # DVC's pipeline runs a config under its own name (dvc_params)

@@ -377,13 +377,15 @@ def stop_mps() -> None:
 def prepare_data(cfg: dict[str, Any], config: str) -> None:
     from psrnn import registry
 
-    if not registry.study_of(cfg).data_jobs:
+    study = registry.study_of(cfg)
+    if not study.data_jobs:
         return
+    jobs = study.job_commands  # the commands of its download and prepare jobs
     for ds in C.enabled_datasets(cfg):
         if (C.data_root(cfg) / "prepared" / ds / "manifest.json").exists():
             continue
         for step in ("download", "prepare"):
-            res = subprocess.run(psrnn(step, ds, "--config", config))
+            res = subprocess.run(psrnn(jobs[step], ds, "--config", config))
             if res.returncode:
                 raise UserError(f"{step} {ds} failed (rc {res.returncode})")
 

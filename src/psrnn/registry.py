@@ -18,7 +18,7 @@ src/psrnn/studies/ and one line in PLUGINS (docs/extending.md).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,17 @@ class Study:
     # psrnn.explain.Cell of one cell of its compiled tables, the runs behind it and its
     # verdict (`python -m psrnn explain`; None: the study explains none)
     explain: str | None = None
+    # its own commands of `python -m psrnn` (psrnn.cli, beside the shared ones): name ->
+    # (module, one-line help), the module giving configure(parser) and run(args), imported
+    # only when its command runs; a name another study or the core has is an error
+    commands: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # the Snakefile's jobs that run the study's own code outside the engine ("fixtures",
+    # "download", "prepare": its data_jobs; "paper": its paper) -> the name in `commands`
+    # each runs (`python -m psrnn <name> ...`); {} for a study without such jobs
+    job_commands: dict[str, str] = field(default_factory=dict)
+    # "module:function(cfg)" giving output stem -> what the file shows, the captions of its
+    # compiled files in `snakemake --report` (psrnn.workflow.report_items); None: none shown
+    captions: str | None = None
 
     def settings(self) -> type:
         return load(self.run_config)
@@ -109,13 +120,23 @@ def load(ref: str) -> Any:
 
 
 def load_studies(plugins: dict[str, str]) -> dict[str, Study]:
-    """name -> the Study each of `plugins` names; one that is not a Study of that name is an
-    error naming it, when the package loads."""
-    out = {}
+    """name -> the Study each of `plugins` names; one that is not a Study of that name, a
+    job naming no command of its own, or a command another study has too, is an error
+    naming them, when the package loads."""
+    out: dict[str, Study] = {}
     for name, ref in plugins.items():
         study = load(ref)
         if not isinstance(study, Study) or study.name != name:
             raise TypeError(f"{ref}: not the Study named {name!r} that psrnn.registry.PLUGINS says it is")
+        for job, command in study.job_commands.items():
+            if command not in study.commands:
+                raise ValueError(f"{ref}: its {job!r} job runs {command!r}, which is none of its commands")
+        ran = sorted({study.commands[c][0] for c in study.job_commands.values()})
+        if ran != sorted({*study.data_jobs, *([study.paper] if study.paper else [])}):
+            raise ValueError(f"{ref}: its job_commands run {ran}, not the modules of its data_jobs and paper")
+        for other in out.values():
+            if both := sorted(other.commands.keys() & study.commands.keys()):
+                raise ValueError(f"studies {other.name!r} and {name!r} both have the command(s) {both}")
         out[name] = study
     return out
 

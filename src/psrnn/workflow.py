@@ -10,7 +10,7 @@ the working directory, following the conventions of `psrnn.config`, so they are 
 without Snakemake (tests/test_workflow.py).
 
 Which suite config a Snakemake run uses: `suite_path` picks one file (the last
-`--configfile`, else config/paper.yaml; the Snakefile has no `configfile:`, which Snakemake
+`--configfile`, else config/small.yaml; the Snakefile has no `configfile:`, which Snakemake
 would merge with the user's), loads and validates it, and hands it to every command.
 """
 
@@ -206,11 +206,11 @@ REPORT_CATEGORIES = {".png": "Figures", ".csv": "Tables", ".md": "Report"}
 
 
 def report_captions(cfg: dict[str, Any]) -> dict[str, str]:
-    """Output stem -> what it shows, for the config's study: report_captions(cfg) of the
-    `captions` module beside the study's results module (psrnn.registry), e.g.
-    psrnn.studies.private_shared.results.captions, psrnn.studies.relreg.captions."""
-    package = registry.study_of(cfg).results.rpartition(".")[0]
-    captions = dict(registry.load(f"{package}.captions:report_captions")(cfg))
+    """Output stem -> what it shows, for the config's study: its captions function
+    (psrnn.registry.Study.captions, e.g. psrnn.studies.relreg.captions:report_captions);
+    {} for a study without one."""
+    ref = registry.study_of(cfg).captions
+    captions = dict(registry.load(ref)(cfg)) if ref else {}
     found = verdicts(C.results_root(cfg) / "REPORT.md")
     if found and "REPORT" in captions:
         captions["REPORT"] += f"; its verdicts: {found}"
@@ -256,8 +256,8 @@ def report_item(path: str, captions: dict[str, str]) -> tuple[str, dict[str, str
 
 def report_items(cfg: dict[str, Any]) -> dict[str, tuple[str, dict[str, str]]]:
     """Compiled file -> (category, labels) of every one the Snakefile marks for the report."""
-    captions = report_captions(cfg)
-    items = {path: report_item(path, captions) for path in compile_outputs(cfg)}
+    captions = report_captions(cfg)  # none: the study shows none of its files there
+    items = {path: report_item(path, captions) for path in compile_outputs(cfg) if captions}
     return {path: item for path, item in items.items() if item is not None}
 
 
@@ -389,8 +389,7 @@ def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
     """The suite's manifest.json and selected.json that exist but are no JSON object with
     their job's keys: the Snakefile stops on them (a cut manifest, or `{}`, re-ran and
     deleted every run on its data)."""
-    data = C.enabled_datasets(cfg) if registry.study_of(cfg).data_jobs else []
-    paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data]
+    paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data_job_datasets(cfg)]
     paths += [(selection(cfg, e), SELECTION_KEYS) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
     found = {p: _json_or_none(Path(p)) for p, _ in paths if Path(p).is_file()}
     return [

@@ -45,4 +45,32 @@ STUDY = Study(
         "params_aux": "count",
     },
     explain="psrnn.studies.private_shared.results.explain:explain",
+    commands={
+        "fixtures": (
+            "psrnn.studies.private_shared.data.fixtures",
+            "write small synthetic archives in the upstream formats",
+        ),
+        "digits": (
+            "psrnn.studies.private_shared.data.digits",
+            "cut one real-digit IDX pair into the four files prepare reads",
+        ),
+        "download": (
+            "psrnn.studies.private_shared.data.download",
+            "download and verify a dataset's archives",
+        ),
+        "prepare": (
+            "psrnn.studies.private_shared.data.prepare",
+            "turn downloaded archives into prepared sequence tensors",
+        ),
+        "paper": (
+            "psrnn.studies.private_shared.results.paper",
+            "build the paper PDF from the compiled tables and figures",
+        ),
+        "recipe": (
+            "psrnn.studies.private_shared.recipe",
+            "train the recipe study on real digits (config/recipe.yaml)",
+        ),
+    },
+    job_commands={"fixtures": "fixtures", "download": "download", "prepare": "prepare", "paper": "paper"},
+    captions="psrnn.studies.private_shared.results.captions:report_captions",
 )

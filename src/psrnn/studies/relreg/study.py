@@ -32,4 +32,5 @@ STUDY = Study(
     group_key="psrnn.studies.relreg.settings:group_key",
     fused="psrnn.studies.relreg.fused",
     explain="psrnn.studies.relreg.explain:explain",
+    captions="psrnn.studies.relreg.captions:report_captions",
 )
