@@ -5,6 +5,7 @@ over the Snakefile ([tool.snakefmt]); and the package's shape: no import cycle b
 modules (the package's import graph is psrnn.engine.codehash's, the one its code digests
 follow), the layers' import rule (study_imports), none longer than MAX_LINES."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -156,3 +157,53 @@ def test_no_study_imports_another_and_nothing_shared_imports_a_study():
     assert {study_of_module(n) for n in graph} >= {"private_shared", "relreg", None}
     breaches = import_rule_breaches(graph)
     assert not breaches, "imports across the layers:\n" + "\n".join(breaches)
+
+
+def strings_naming_a_study(tree: ast.Module, words: set[str]) -> list[tuple[int, str]]:
+    """(line, text) of each string constant that names one of `words`, docstrings aside
+    (they may cite a study as an example; code that names one depends on it)."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docs
+        and any(w in node.value for w in words)
+    )
+
+
+def test_the_study_rule_sees_a_string_that_names_a_study_but_not_a_docstring():
+    tree = ast.parse(
+        '"""Module docs may cite psrnn.studies.relreg."""\n'
+        'def f():\n    """So may a function\'s: relreg."""\n    return load("psrnn.studies.relreg.x:y")\n'
+        'HELP = "relreg models"\n'
+    )
+    assert strings_naming_a_study(tree, {"psrnn.studies.", "relreg"}) == [
+        (4, "psrnn.studies.relreg.x:y"),
+        (5, "relreg models"),
+    ]
+
+
+def test_no_shared_module_names_a_study_in_its_code():
+    """The core, engine/ and report/ ask psrnn.registry for a study's parts; only the
+    registry's table names them (and the tools under TOOLS, which measure the studies).
+    A study's registry name is checked where it is not also the package's ("psrnn")."""
+    from psrnn import registry
+
+    words = {STUDIES} | {s.package.rsplit(".", 1)[1] for s in registry.STUDIES.values()}
+    words |= {s.name for s in registry.STUDIES.values() if s.name != "psrnn"}
+    found = [
+        f"{name}:{line}: {text[:80]!r}"
+        for name, path in sorted(modules(SRC).items())
+        if not name.startswith((STUDIES, *TOOLS)) and name != "psrnn.registry"
+        for line, text in strings_naming_a_study(ast.parse(path.read_bytes()), words)
+    ]
+    assert not found, "shared code naming a study (ask psrnn.registry instead):\n" + "\n".join(found)

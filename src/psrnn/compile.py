@@ -28,7 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reference",
         default=None,
-        help="reference numbers (default: the study's: config/reference.yaml, config/relreg-reference.yaml)",
+        help="reference numbers (default: the file its study names, psrnn.registry.Study.reference)",
     )
 
 
