@@ -390,9 +390,7 @@ def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
     their job's keys: the Snakefile stops on them (a cut manifest, or `{}`, re-ran and
     deleted every run on its data)."""
     paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data_job_datasets(cfg)]
-    # a study ranking by another metric writes it by name in place of best_valid_acc (psrnn.engine.choose)
-    metric = registry.study_of(cfg).selection[0]
-    chosen = tuple(metric if k == "best_valid_acc" else k for k in SELECTION_KEYS)
+    chosen = (*SELECTION_KEYS[:-1], registry.study_of(cfg).selection[0])  # its metric (engine.choose)
     paths += [(selection(cfg, e), chosen) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
     found = {p: _json_or_none(Path(p)) for p, _ in paths if Path(p).is_file()}
     return [
