@@ -115,3 +115,24 @@ def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
     assert run.lr == 0.01 and run.seed == 1
     assert main(["select", "--config", str(suite), "--experiment", "base"]) == 2
     assert "no `grid:`" in capsys.readouterr().err
+
+
+def test_select_ranks_by_the_studys_declared_metric():
+    """Study.selection decides (psrnn.engine.choose): the lowest valid_loss wins where the
+    best accuracy is another point's; a record lacking the metric or a tie key is refused."""
+    from psrnn.engine import choose
+
+    sel = ("valid_loss", "min", ())
+    records = {
+        "lr-0.1": {"best_valid_acc": 0.9, "valid_loss": 0.5},
+        "lr-0.01": {"best_valid_acc": 0.6, "valid_loss": 0.4},
+        "lr-0.03": {"best_valid_acc": 0.7, "valid_loss": 0.45},
+    }
+    ranked = {p: choose.adapted(m, sel) for p, m in records.items()}
+    rec = choose.named(selection.select("e", POINTS, ranked), records, sel)
+    assert rec["point"] == "lr-0.01" and rec["metric"] == "valid_loss" and rec["valid_loss"] == 0.4
+    assert "best_valid_acc" not in rec and [c["valid_loss"] for c in rec["candidates"]] == [0.5, 0.4, 0.45]
+    with pytest.raises(UserError, match="grid point p .*: no valid_aux_loss"):
+        choose.check_record("e", "p", {"best_valid_acc": 0.5, "valid_main_loss": 1.0})
+    with pytest.raises(UserError, match="valid_loss = inf is not a finite number"):
+        choose.check_record("e", "p", {"valid_loss": float("inf")}, sel)

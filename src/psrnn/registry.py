@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+# a Study's default selection: the highest validation accuracy, ties to the lower validation loss
+BY_ACCURACY = ("best_valid_acc", "max", ("valid_main_loss", "valid_aux_loss"))
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ class Study:
     # "module:function(cfg)" giving output stem -> what the file shows, the captions of its
     # compiled files in `snakemake --report` (psrnn.workflow.report_items); None: none shown
     captions: str | None = None
+    # how `python -m psrnn select` picks a grid point (psrnn.engine.choose): (metric, mode,
+    # tie metrics): the search run's metrics.json key it ranks by, "max" or "min", and the
+    # keys summed to break ties under `ties: loss` (the lower sum wins, then the earlier
+    # point). A record lacking any of them is refused by name, never read as 0
+    selection: tuple[str, str, tuple[str, ...]] = BY_ACCURACY
 
     def settings(self) -> type:
         return load(self.run_config)
@@ -134,6 +141,9 @@ def load_studies(plugins: dict[str, str]) -> dict[str, Study]:
         ran = sorted({study.commands[c][0] for c in study.job_commands.values()})
         if ran != sorted({*study.data_jobs, *([study.paper] if study.paper else [])}):
             raise ValueError(f"{ref}: its job_commands run {ran}, not the modules of its data_jobs and paper")
+        metric, mode, ties = study.selection
+        if mode not in ("max", "min") or not metric or metric in ties:
+            raise ValueError(f"{ref}: selection {study.selection!r} is not (metric, max/min, ties)")
         for other in out.values():
             if both := sorted(other.commands.keys() & study.commands.keys()):
                 raise ValueError(f"studies {other.name!r} and {name!r} both have the command(s) {both}")

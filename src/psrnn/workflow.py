@@ -390,7 +390,8 @@ def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
     their job's keys: the Snakefile stops on them (a cut manifest, or `{}`, re-ran and
     deleted every run on its data)."""
     paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data_job_datasets(cfg)]
-    paths += [(selection(cfg, e), SELECTION_KEYS) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
+    chosen = (*SELECTION_KEYS[:-1], registry.study_of(cfg).selection[0])  # its metric (engine.choose)
+    paths += [(selection(cfg, e), chosen) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
     found = {p: _json_or_none(Path(p)) for p, _ in paths if Path(p).is_file()}
     return [
         p

@@ -33,4 +33,6 @@ STUDY = Study(
     fused="psrnn.studies.relreg.fused",
     explain="psrnn.studies.relreg.explain:explain",
     captions="psrnn.studies.relreg.captions:report_captions",
+    # its runs record one validation loss (no auxiliary loss)
+    selection=("best_valid_acc", "max", ("valid_main_loss",)),
 )
