@@ -5,6 +5,7 @@ records) are re-stamped, a selection once its whole search is, with the proof wr
 first; a run that differs is named, and nothing is written; a damaged proof file or a
 second restamp of the folder stops it before anything trains."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -117,18 +118,26 @@ def trained(tmp_path_factory):
 
 @pytest.fixture
 def ci(trained, tmp_path, monkeypatch):
-    """A copy of the trained folder with every run and selection stamped as made by other code."""
+    """A copy of the trained folder with every run and selection stamped as made by other code,
+    each file keeping its time: as the old code left them, older than the compiled outputs
+    (a record rewritten now would be newer, and Snakemake would compile again by time)."""
     shutil.copytree(trained, tmp_path / "w", ignore=shutil.ignore_patterns("log", "locks", "incomplete"))
     monkeypatch.chdir(tmp_path / "w")
+
+    def rewrite(path: Path, obj: dict) -> None:
+        st = path.stat()
+        write_json(path, obj)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
     cfgs = {}
     for name in CI_CONFIGS:
         cfg = C.load_suite(f"{name}.yaml")
         cfgs[name] = cfg
         for metrics in C.results_root(cfg).rglob("metrics.json"):
-            write_json(metrics, {**read_json(metrics), "training_code": OLD})
+            rewrite(metrics, {**read_json(metrics), "training_code": OLD})
         for exp in C.enabled_experiments(cfg):
             selected = C.selection_path(cfg, exp)
-            write_json(selected, {**read_json(selected), **W.selection_stamp(cfg, exp, digest=OLD)})
+            rewrite(selected, {**read_json(selected), **W.selection_stamp(cfg, exp, digest=OLD)})
     return cfgs
 
 
