@@ -48,7 +48,7 @@ CORE: dict[str, tuple[str, str]] = {
         "psrnn.onegpu",
         "run a suite on one GPU without Snakemake: plan runs by measured memory, train, select, compile",
     ),
-    "select": ("psrnn.engine.choose", "pick an experiment's best grid point by validation accuracy"),
+    "select": ("psrnn.engine.choose", "pick an experiment's grid point by the study's validation metric"),
     "compile": ("psrnn.compile", "compile tables, figures and the report from finished runs"),
     "explain": ("psrnn.explain", "print the runs behind one cell of a compiled table, and its verdict"),
     "check": ("psrnn.engine.regression", "compare runs' metrics with committed expected values"),
