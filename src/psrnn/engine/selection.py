@@ -149,6 +149,9 @@ def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any
     return out
 
 
+# Not called since `select` ranks by the study's metric (psrnn.engine.choose.run, issue 53);
+# kept only because this module is in every training digest (removing it moves them):
+# it goes with the next change that moves the digests anyway.
 def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
     if args.experiment not in cfg["experiments"]:
