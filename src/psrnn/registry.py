@@ -24,7 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # a Study's default selection: the highest validation accuracy, ties to the lower validation loss
-BY_ACCURACY = ("best_valid_acc", "max", ("valid_main_loss", "valid_aux_loss"))
+Selection = tuple[str, str, tuple[str, ...]]  # (metric, "max" | "min", tie metrics): Study.selection
+BY_ACCURACY: Selection = ("best_valid_acc", "max", ("valid_main_loss", "valid_aux_loss"))
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Study:
     # tie metrics): the search run's metrics.json key it ranks by, "max" or "min", and the
     # keys summed to break ties under `ties: loss` (the lower sum wins, then the earlier
     # point). A record lacking any of them is refused by name, never read as 0
-    selection: tuple[str, str, tuple[str, ...]] = BY_ACCURACY
+    selection: Selection = BY_ACCURACY
 
     def settings(self) -> type:
         return load(self.run_config)

@@ -38,7 +38,7 @@ from psrnn.engine import selection
 from psrnn.errors import UserError
 from psrnn.files import write_json
 
-Selection = tuple[str, str, tuple[str, ...]]  # (metric, "max" | "min", tie metrics)
+Selection = registry.Selection
 DEFAULT: Selection = registry.BY_ACCURACY
 RANKED = "best_valid_acc"  # the key psrnn.engine.selection ranks by (higher wins)
 
