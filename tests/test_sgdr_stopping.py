@@ -6,8 +6,9 @@ import dataclasses
 
 from test_training import quiet, read_history, small_cfg, write_images
 
+from psrnn.engine.books import note_epoch
 from psrnn.engine.checkpoint import RunState
-from psrnn.engine.fit import fit, note_epoch
+from psrnn.engine.fit import fit
 from psrnn.studies.private_shared import hooks as study
 from psrnn.studies.private_shared.settings import RunConfig
 

@@ -21,8 +21,9 @@ from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, st
 
 from psrnn import config as C
 from psrnn import registry
+from psrnn.engine.books import metric_keys
 from psrnn.engine.checkpoint import ConfigChanged
-from psrnn.engine.fit import fit, metric_keys
+from psrnn.engine.fit import fit
 from psrnn.engine.hooks import Hooks, hooks_of
 from psrnn.errors import TrainingDiverged
 from psrnn.files import read_json

@@ -22,8 +22,9 @@ import torch
 import yaml
 
 from psrnn.cli import UserError, main
+from psrnn.engine.books import metric_keys
 from psrnn.engine.checkpoint import ConfigChanged, config_differences
-from psrnn.engine.fit import fit, metric_keys
+from psrnn.engine.fit import fit
 from psrnn.engine.runlog import clock, divergence, heartbeat_line
 from psrnn.errors import TrainingDiverged
 from psrnn.machine import cpu_name, git_commit

@@ -242,7 +242,7 @@ def fused_settings(args: argparse.Namespace) -> FusedSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psrnn.engine.fit import pick_device  # one device rule for training and bench
+    from psrnn.engine.books import pick_device  # one device rule for training and bench
 
     config_path = Path(args.config or ("config/small.yaml" if args.quick else "config/paper.yaml"))
     out_dir = Path(args.out or ("results/bench/quick" if args.quick else "results/bench"))

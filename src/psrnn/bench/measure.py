@@ -200,8 +200,8 @@ class Setup:
 
 def setup(spec: Spec) -> Setup:
     """The model (naive, compiled or autocast as the spec says), optimizer and data of `spec`."""
+    from psrnn.engine.books import seed_everything
     from psrnn.engine.checkpoint import Generators
-    from psrnn.engine.fit import seed_everything
     from psrnn.studies.private_shared.hooks import make_optimizer
     from psrnn.studies.private_shared.models import build_model
     from psrnn.studies.private_shared.naive import NaivePSRNN

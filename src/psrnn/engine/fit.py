@@ -33,16 +33,21 @@ engine supplies the bookkeeping, once for every study:
   complete) with the keys every study shares (COMMON_METRIC_KEYS: identity, selection,
   stop, divergence, time, memory, machine and code provenance, settings) beside the
   study's own, checked against the study's declared METRIC_KEYS.
+
+One loop does this for a run alone and for the members of a fused group alike
+(train_members): a run alone is its batch of one (Alone), a group's members are its study's
+Batched (psrnn.engine.hooks; psrnn.engine.group sets them up). The bookkeeping of an epoch
+and of a finished run is psrnn.engine.books'.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,109 +55,63 @@ import numpy as np
 import torch
 from torch import nn
 
-from psrnn import gpus, registry
-from psrnn.engine.checkpoint import (
-    ConfigChanged,
-    Generators,
-    RunState,
-    adopt,
-    adopt_finished,
-    config_differences,
-    kernel_env,
-    load_last,
-    read_metrics,
-    save_last,
-    training_code,
+from psrnn import registry
+from psrnn.engine.books import (
+    best_checkpoint,
+    divergence_crossed,
+    finished,
+    non_finite_stop,
+    pick_device,
+    record_epoch,
+    restore,
+    run_metrics,
+    seed_everything,
+    stop_rule,
 )
-from psrnn.engine.hooks import Epoch, Hooks, StepHook, hooks_of
-from psrnn.engine.runlog import diverged_line, divergence, history_csv
-from psrnn.errors import TrainingDiverged, UserError
+from psrnn.engine.checkpoint import Generators, RunState, adopt_finished, save_last
+from psrnn.engine.hooks import Batched, Epoch, Hooks, StepHook, hooks_of
+from psrnn.engine.runlog import divergence, history_csv
+from psrnn.engine.settings import RunSettings
+from psrnn.errors import TrainingDiverged
 from psrnn.files import sole_writer, torch_save, write_json, write_text
-from psrnn.machine import PeakMemory, environment
+from psrnn.machine import PeakMemory
 
 HEARTBEAT_S = 60.0  # seconds between progress lines inside an epoch (without the bar)
 
-# metrics.json keys of every study's runs; a study's hooks add METRIC_KEYS of their own
-COMMON_METRIC_KEYS = frozenset(
-    {
-        "experiment",
-        "config_name",
-        "seed",
-        "point",
-        "dataset",
-        "test_acc",
-        "best_valid_acc",
-        "best_epoch",
-        "epochs_run",
-        "stopped",
-        "diverged",
-        "reused_from",
-        "wall_time_s",
-        "samples_per_s",
-        "peak_memory_mb",
-        "peak_memory_method",
-        "device",
-        "device_name",
-        "torch_version",
-        "cuda_version",
-        "platform",
-        "git_commit",
-        "psrnn_version",
-        "kernel_env",
-        "torch_threads",
-        "training_code",
-        "config",
-    }
-)
+
+@dataclass
+class Job:
+    """A run to train: its settings, its folder, metrics.json's metadata (experiment,
+    config_name, point), a finished search run to adopt when it is the same run."""
+
+    run: RunSettings
+    out_dir: Path
+    meta: dict[str, Any]
+    reuse: Path | None = None
 
 
-def metric_keys(study: registry.Study) -> frozenset[str]:
-    """Every key a finished run of `study` records in metrics.json."""
-    return COMMON_METRIC_KEYS | hooks_of(study).METRIC_KEYS
+@dataclass
+class Member:
+    """A run as the loop trains it: the job, its own model, optimizer, scheduler and
+    generators (they hold its checkpoint), its state and, where the batch draws its random
+    numbers per member (Batched.OWN_RNG), its global RNG states (None: the process's are its)."""
+
+    job: Job
+    model: nn.Module
+    opt: Any  # torch.optim's, or the state a study's fused module keeps of one
+    sched: Any
+    gens: Generators
+    st: RunState
+    rng: dict[str, Any] | None = None
+    best_unsaved: bool = False
+    non_finite: dict[str, Any] | None = None  # books.non_finite_stop's record, once stopped so
 
 
-# --- setup -------------------------------------------------------------------------------
-
-
-def pick_device(name: str, log: Callable[[str], None] = print) -> torch.device:
-    """The torch device for `device:`; plain `cuda` (or `auto` on a GPU host) claims a
-    free GPU of several (psrnn.gpus), so parallel jobs on one host never share one."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device={name!r} but CUDA is not available (use device=auto or cpu)")
-    if name == "cuda":
-        index = gpus.claim(torch.cuda.device_count(), log=log, per_device=gpus.jobs_per_gpu())
-        if index is not None:
-            torch.cuda.set_device(index)
-            return torch.device("cuda", index)
-    return torch.device(name)
-
-
-def seed_everything(seed: int, device: torch.device) -> None:
-    """Seed python, numpy and torch; on GPU, ask for deterministic kernels where they exist."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if (
-        device.type == "cuda"
-    ):  # CPU kernels are deterministic already (and the switch costs seconds of imports)
-        # must be set before cuBLAS starts for deterministic GPU matmuls
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        # warn_only: a kernel without a deterministic version warns instead of stopping the run
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        # ... but without its debugging aid of filling every new tensor with NaN: that costs
-        # a kernel per allocation (a third of a GPU step's kernels) and changes no result
-        # (a module property that torch's type stubs do not declare)
-        torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
-        torch.backends.cudnn.benchmark = False
-
-
-# --- the run -----------------------------------------------------------------------------
+# --- one run -----------------------------------------------------------------------------
 
 
 def fit(
-    run: Any,
+    run: RunSettings,
     out_dir: str | Path,
     meta: dict[str, Any] | None = None,
     on_step: StepHook | None = None,
@@ -170,287 +129,297 @@ def fit(
     between progress lines inside an epoch. reuse: a run folder whose checkpoint this run
     starts from when it is the same run (checkpoint.adopt), unless it has one of its own.
     """
-    out_dir = Path(out_dir)
-    with sole_writer(out_dir):
-        return _fit(run, out_dir, meta, on_step, log, restart_on_change, heartbeat_s, reuse)
+    job = Job(run, Path(out_dir), meta or {}, None if reuse is None else Path(reuse))
+    with sole_writer(job.out_dir):
+        return _fit(job, on_step, log or (lambda msg: print(msg, flush=True)), restart_on_change, heartbeat_s)
 
 
 def _fit(
-    run: Any,
-    out_dir: Path,
-    meta: dict[str, Any] | None,
+    job: Job,
     on_step: StepHook | None,
-    log: Callable[[str], None] | None,
+    log: Callable[[str], None],
     restart_on_change: bool,
     heartbeat_s: float,
-    reuse: str | Path | None,
 ) -> dict[str, Any]:
-    log = log or (lambda msg: print(msg, flush=True))
-    metrics_path, last_path = out_dir / "metrics.json", out_dir / "ckpt_last.pt"
-    done = finished(run, out_dir, log, restart_on_change)
+    run = job.run
+    done = finished(run, job.out_dir, log, restart_on_change)
     if done is not None:
         return done
-    study = registry.of_settings(run)
-    hooks = hooks_of(study)
+    hooks = hooks_of(registry.of_settings(run))
     session_start = time.perf_counter()
     device = pick_device(run.device, log)
     data = hooks.data(run)
-    adopted = None if reuse is None else adopt_finished(Path(reuse), out_dir, run, data.identity, meta, log)
-    if adopted is not None:  # a finished search run that is this run: its record
-        return adopted
+    if job.reuse is not None:  # a finished search run that is this run: its record
+        adopted = adopt_finished(job.reuse, job.out_dir, run, data.identity, job.meta, log)
+        if adopted is not None:
+            return adopted
     memory = PeakMemory(device)  # from here: the model, training, evaluation, the test
     memory.start()
-
-    seed_everything(run.seed, device)
-    model = hooks.build(run, data).to(device)
-    opt, sched = hooks.optimizer(run, model)
-    gens = Generators.seeded(run.seed)
-    st = restore(run, out_dir, model, opt, sched, gens, data, log, restart_on_change, reuse)
-    log(hooks.header(out_dir, device, model, data, run, None if st is None else st.epoch))
-    if st is None:
-        st = RunState()
-        first = hooks.capture(model, data, run, device, 0, None)  # the state at initialisation
-        if first is not None:
-            st.captures[0] = first
+    m = member(job, hooks, hooks.optimizer, data, device, log, restart_on_change, own_rng=False)
     bar = run.progress == "bar" or (run.progress == "auto" and sys.stderr.isatty())
     if bar:
         from tqdm import tqdm
 
         log = tqdm.write
-    max_epochs, patience = hooks.limits(run)
-    may_stop = stop_rule(hooks)
-    first_loss, first_label = hooks.first_loss(data)
+    if at_limit([m], hooks):
+        beat = None if bar else log  # the bar shows progress itself
+        alone = Alone([run], [m.model], [m.opt], hooks=hooks, member=m, device=device, on_step=on_step)
+        alone.tell(bar, beat, heartbeat_s)
+        failed = train_members([m], alone, hooks, data, device, memory, log, 0.0, started=session_start)
+        if failed:  # not one epoch trained: there is no result to keep
+            raise TrainingDiverged(failed[id(m)])
+    load_best(m)
+    return finish_member(m, hooks, data, device, memory, log)
 
-    non_finite: dict[str, Any] | None = None
-    while st.stopped is None:
-        if st.epoch >= max_epochs:
-            st.stopped = "max_epochs"
-            break
-        epoch = st.epoch + 1
-        t0 = time.perf_counter()
-        e = Epoch(epoch, on_step, bar, None if bar else log, heartbeat_s)  # the bar shows progress itself
+
+class Alone(Batched):
+    """A run alone as the loop's batch of one: its study's own epoch (Hooks.train_epoch,
+    told the step hook, the bar and the heartbeat) and evaluation on its own model. It draws
+    from the process's generators, as a run alone does (OWN_RNG False)."""
+
+    OWN_RNG = False
+
+    def __init__(
+        self,
+        runs: list[Any],
+        models: list[nn.Module],
+        opts: list[Any] | None = None,
+        *,
+        hooks: Hooks,
+        member: Member,
+        device: torch.device,
+        on_step: StepHook | None = None,
+    ):
+        self.hooks, self.m, self.device, self.on_step = hooks, member, device, on_step
+        self.tell(False, None, HEARTBEAT_S)
+        self.why: str | None = None
+
+    def tell(self, bar: bool, beat: Callable[[str], None] | None, heartbeat_s: float) -> None:
+        """How its epochs show progress: under a bar, or heartbeat lines to `beat`."""
+        self.bar, self.beat, self.heartbeat_s = bar, beat, heartbeat_s
+
+    def train_epoch(
+        self, data: Any, epoch: int, gens: list[Generators], rngs: list[torch.Generator]
+    ) -> dict[str, Any]:
+        e = Epoch(epoch, self.on_step, self.bar, self.beat, self.heartbeat_s)
+        m, self.why = self.m, None
         try:
-            row = {"epoch": epoch, **hooks.train_epoch(model, data, run, opt, sched, gens, device, e)}
-            if not math.isfinite(row[hooks.LOSS_COLUMN]):
-                raise TrainingDiverged(
-                    f"{out_dir}: training loss is not finite in epoch {epoch} (lr {run.lr})"
-                )
-        except TrainingDiverged as err:
-            if st.best_model is None:  # not one epoch trained: there is no result to keep
-                raise
-            non_finite = non_finite_stop(st, epoch, str(err), log)
-            break
-        st.train_time_s += time.perf_counter() - t0
-        valid = hooks.evaluate(model, data, run, device)
-        row.update(hooks.valid_row(valid), epoch_time_s=time.perf_counter() - t0)
-        if record_epoch(st, row, valid, model, hooks, run, data, device, (patience, max_epochs), may_stop):
-            torch_save(out_dir / "ckpt_best.pt", best_checkpoint(run, st))
-        st.wall_time_s += time.perf_counter() - session_start
-        session_start = time.perf_counter()
-        st.peak_memory_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
-        write_text(out_dir / "history.csv", history_csv(st.history, hooks.HISTORY_COLUMNS))
-        save_last(last_path, run, st, model, opt, sched, gens, data.identity)
-        log(hooks.epoch_line(row, run, st))
-        crossed = divergence_crossed(st, hooks, first_loss, first_label)
-        if crossed is not None:
-            log(crossed)
+            row = self.hooks.train_epoch(m.model, data, m.job.run, m.opt, m.sched, gens[0], self.device, e)
+        except TrainingDiverged as err:  # the study's own words for it
+            self.why = str(err)
+            return {self.hooks.LOSS_COLUMN: [math.nan]}
+        return {k: [v] for k, v in row.items()}
 
-    assert st.best_model is not None  # set at the first epoch's end: every score beats -1
-    model.load_state_dict(st.best_model)
-    own = hooks.finish(model, data, run, st, device, out_dir)
-    wall = st.wall_time_s + time.perf_counter() - session_start
-    diverged = non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
-    samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
-    peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
-    metrics = run_metrics(run, meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device)
-    write_json(metrics_path, metrics)
-    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
-    log(
-        f"done: test acc {metrics['test_acc']:.4f}, best valid {st.best_valid_acc:.4f} at epoch "
-        f"{st.best_epoch} ({st.stopped}, {st.epoch} epochs, {wall:.0f}s{note})"
-    )
-    return metrics
+    def validate(self, data: Any) -> list[dict[str, Any]]:
+        return [self.hooks.evaluate(self.m.model, data, self.m.job.run, self.device)]
+
+    def write_back(self, r: int, model: nn.Module, opt: Any) -> None:
+        """Nothing: the run trains its own model."""
+
+    def keep(self, rows: list[int]) -> None:
+        """Nothing: a run alone stops the loop when it stops."""
+
+    def failure(self, r: int) -> str | None:
+        return self.why
 
 
-# --- the bookkeeping of one epoch and of a finished run (also psrnn.engine.group's, per member) ----
+# --- the loop, for a run alone and for a fused group's members -----------------------------
 
 
-def restore(
-    run: Any,
-    out_dir: Path,
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Any,
-    gens: Generators,
+def member(
+    job: Job,
+    hooks: Hooks,
+    make_opt: Callable[[Any, nn.Module], tuple[Any, Any]],
     data: Any,
+    device: torch.device,
     log: Callable[[str], None],
     restart_on_change: bool,
-    reuse: str | Path | None,
-) -> RunState | None:
-    """The run's state from its ckpt_last.pt (or `reuse`'s, adopted when it is the same run),
-    loaded into model, optimizer, scheduler and generators; None: a fresh start."""
-    last_path = out_dir / "ckpt_last.pt"
-    if reuse is not None and not last_path.is_file():
-        log(adopt(Path(reuse), out_dir, run, data.identity))
-    if not last_path.is_file():
-        return None
-    try:
-        return load_last(last_path, run, model, opt, sched, gens, data.identity)
-    except ConfigChanged as err:
-        if not restart_on_change:
-            raise
-        log(f"starting over: {err.path} was written with a different config: {'; '.join(err.differences)}")
-        return None
+    own_rng: bool = True,
+) -> Member:
+    """A run set up to train: seeded, built, restored from its checkpoint or fresh (with the
+    study's capture of its initial state). own_rng: keep its global RNG states as the member's
+    (a fused group's members; Batched.OWN_RNG)."""
+    run = job.run
+    seed_everything(run.seed, device)
+    model = hooks.build(run, data).to(device)
+    opt, sched = make_opt(run, model)
+    gens = Generators.seeded(run.seed)
+    st = restore(run, job.out_dir, model, opt, sched, gens, data, log, restart_on_change, job.reuse)
+    log(hooks.header(job.out_dir, device, model, data, run, None if st is None else st.epoch))
+    rng = None
+    if own_rng:
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if st is None:
+        st = RunState()
+        first = hooks.capture(model, data, run, device, 0, None)  # the state at initialisation
+        if first is not None:
+            st.captures[0] = first
+    return Member(job, model, opt, sched, gens, st, rng)
 
 
-def finished(
-    run: Any, out_dir: Path, log: Callable[[str], None], restart_on_change: bool
-) -> dict[str, Any] | None:
-    """The metrics of `out_dir` when it holds this run complete (None: it is to train). A
-    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed."""
-    metrics_path = out_dir / "metrics.json"
-    if not metrics_path.is_file():
-        return None
-    done = read_metrics(metrics_path)
-    diff = config_differences(done["config"], run)
-    if not diff:
-        log(f"already complete: {metrics_path}")
-        return done
-    if not restart_on_change:
-        raise ConfigChanged(metrics_path, diff)
-    log(f"starting over: {metrics_path} is of a different config: {'; '.join(diff)}")
-    metrics_path.unlink()
-    return None
+def at_limit(members: list[Member], hooks: Hooks) -> list[Member]:
+    """The members still to train: a resumed member at the study's epoch limit stops there."""
+    max_epochs, _ = hooks.limits(members[0].job.run)
+    for m in members:
+        if m.st.stopped is None and m.st.epoch >= max_epochs:
+            m.st.stopped = "max_epochs"
+    return [m for m in members if m.st.stopped is None]
 
 
-def record_epoch(
-    st: RunState,
-    row: dict[str, Any],
-    valid: dict[str, Any],
-    model: nn.Module,
-    hooks: Any,
-    run: Any,
+def train_members(
+    members: list[Member],
+    batch: Batched,
+    hooks: Hooks,
     data: Any,
     device: torch.device,
-    limits: tuple[int, int],
-    may_stop: Callable[[Any, int], bool],
-) -> bool:
-    """The bookkeeping of one trained and validated epoch, the same for a run (fit) and for
-    each member of a fused group (psrnn.engine.group): `row` (the epoch's history row) in
-    the history, the best epoch by the study's score of `valid` and the stop (note_epoch,
-    with the study's `limits` (patience, max epochs) and stop rule), then the study's
-    capture of the epoch, if any. Returns whether the epoch is the new best."""
-    epoch, (patience, max_epochs) = int(row["epoch"]), limits
-    best = note_epoch(st, row, hooks.score(valid), model, patience, max_epochs, may_stop(run, epoch))
-    captured = hooks.capture(model, data, run, device, epoch, valid)
-    if captured is not None:
-        st.captures[epoch] = captured
-    return best
+    memory: PeakMemory,
+    log: Callable[[str], None],
+    save_every_s: float,
+    on_epoch: Callable[[int], None] | None = None,
+    started: float | None = None,
+) -> dict[int, str]:
+    """Train `members` (at the same epoch, each still to train; `batch` holds them in this
+    order) to their ends: every epoch, each member's history row, best epoch, stop, captures
+    and divergence flag (psrnn.engine.books), its checkpoints when `save_every_s` seconds
+    have passed (0: every epoch) and when it stops. A member whose loss goes non-finite
+    stops with its best epoch (books.non_finite_stop); in its first epoch it has no result:
+    it is dropped and returned, id(member) -> the message. `started`: when this session's
+    time began (its first epoch's wall time counts from it; default: the loop's start)."""
+    alone = isinstance(batch, Alone)
+    run0 = members[0].job.run
+    max_epochs, patience = hooks.limits(run0)
+    may_stop = stop_rule(hooks)
+    first_loss, first_label = hooks.first_loss(data)
+    rngs = [torch.Generator().set_state(m.rng["torch"]) for m in members if m.rng is not None]
+    active, failed, saved_at = list(members), {}, time.perf_counter()
+    wall_from = saved_at if started is None else started
+    while active:
+        t0 = time.perf_counter()
+        epoch = active[0].st.epoch + 1
+        columns = batch.train_epoch(data, epoch, [m.gens for m in active], rngs)
+        loss = columns[hooks.LOSS_COLUMN]
+        train_s = time.perf_counter() - t0
+        valids = batch.validate(data)
+        now = time.perf_counter()
+        share, wall = (now - t0) / len(active), (now - wall_from) / len(active)
+        wall_from, due = now, save_every_s <= 0 or now - saved_at >= save_every_s
+        keep = []
+        for r, m in enumerate(active):
+            run, out = m.job.run, m.job.out_dir
+            if not math.isfinite(float(loss[r])):
+                message = (
+                    batch.failure(r) or f"{out}: training loss is not finite in epoch {epoch} (lr {run.lr})"
+                )
+                if m.st.best_model is None:  # not one epoch trained: no result
+                    log(f"{message}; ckpt_last.pt keeps its last saved epoch, no metrics written")
+                    failed[id(m)] = message
+                else:
+                    m.non_finite = non_finite_stop(m.st, epoch, message, log)
+                    save_records(m, hooks)  # its history and best epoch, as every epoch has them
+                continue
+            row = {"epoch": epoch, **{k: _value(v, r) for k, v in columns.items()}}
+            row.update(hooks.valid_row(valids[r]), epoch_time_s=share)
+            if list(hooks.score(valids[r])) > m.st.best_score or due:
+                batch.write_back(r, m.model, m.opt)  # the member's own model holds its weights
+            m.best_unsaved |= record_epoch(
+                m.st, row, valids[r], m.model, hooks, run, data, device, (patience, max_epochs), may_stop
+            )
+            m.st.train_time_s += train_s / len(active)
+            m.st.wall_time_s += wall
+            m.st.peak_memory_mb = max(m.st.peak_memory_mb, memory.peak() / 2**20)
+            if m.rng is not None:
+                m.rng["torch"] = rngs[r].get_state()
+            if m.st.stopped is not None and not due:
+                batch.write_back(r, m.model, m.opt)
+            if due or m.st.stopped is not None:
+                save_member(m, hooks, data)
+            if alone:
+                log(hooks.epoch_line(row, run, m.st))
+            crossed = divergence_crossed(m.st, hooks, first_loss, first_label)
+            if crossed is not None:
+                log(crossed if alone else f"{out}: {crossed}")
+            if m.st.stopped is None:
+                keep.append(r)
+        if due:
+            saved_at = time.perf_counter()
+        if not alone:
+            losses = [float(v) for v in loss if math.isfinite(float(v))]
+            median = float(np.median(losses)) if losses else math.nan
+            log(
+                f"epoch {epoch}/{max_epochs}: {len(active)} runs, train loss median {median:.4f}, "
+                f"{share * len(active):.1f}s"
+            )
+        if on_epoch is not None:
+            on_epoch(epoch)
+        if len(keep) < len(active):
+            active, rngs = [active[r] for r in keep], [rngs[r] for r in keep if r < len(rngs)]
+            if active:
+                batch.keep(keep)
+    return failed
 
 
-def divergence_crossed(st: RunState, hooks: Any, first_loss: float, first_label: str) -> str | None:
-    """The divergence line when the epoch just recorded is the one whose loss crossed
-    DIVERGENCE_FACTOR x the loss at initialisation (once per run), else None."""
-    flag = divergence(st.history, first_loss, hooks.LOSS_COLUMN)
-    return diverged_line(flag, first_label) if flag is not None and flag["epoch"] == st.epoch else None
+def _value(column: Any, r: int) -> Any:
+    """Member r's value of a history column: a tensor's as a float, a hook's value as it is."""
+    return float(column[r]) if isinstance(column, torch.Tensor) else column[r]
 
 
-def note_epoch(
-    st: RunState,
-    row: dict[str, Any],
-    score: tuple[float, ...],
-    model: nn.Module,
-    patience: int,
-    max_epochs: int,
-    may_stop: bool = True,
-) -> bool:
-    """Record a trained and validated epoch (`row`, the study's `score` of its validation) in
-    `st`: history, the best epoch (a CPU copy of `model`'s weights when it is a new best)
-    and whether the run stops now: early stopping only where `may_stop` (the study's
-    `may_stop` hook: e.g. at the end of a warm-restart cycle). Returns whether the epoch is
-    the new best."""
-    epoch = int(row["epoch"])
-    st.history.append(row)
-    st.epoch = epoch
-    best = list(score) > st.best_score
-    if best:
-        st.best_score, st.best_valid_acc, st.best_epoch, st.since_best = list(score), score[0], epoch, 0
-        st.best_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    else:
-        st.since_best += 1
-    if patience > 0 and st.since_best >= patience and may_stop:
-        st.stopped = "early_stopping"
-    elif epoch >= max_epochs:
-        st.stopped = "max_epochs"
-    return best
+def save_records(m: Member, hooks: Hooks) -> None:
+    """The member's history.csv and ckpt_best.pt (when it changed)."""
+    out = m.job.out_dir
+    write_text(out / "history.csv", history_csv(m.st.history, hooks.HISTORY_COLUMNS))
+    if m.best_unsaved:
+        torch_save(out / "ckpt_best.pt", best_checkpoint(m.job.run, m.st))
+        m.best_unsaved = False
 
 
-def stop_rule(hooks: Hooks) -> Callable[[Any, int], bool]:
-    """The study's `may_stop(run, epoch)` hook: whether early stopping may end a run after
-    that epoch (Hooks' default: after any)."""
-    return hooks.may_stop
+def save_member(m: Member, hooks: Hooks, data: Any) -> None:
+    """The member's history.csv, ckpt_best.pt (when it changed) and ckpt_last.pt (its own
+    model and optimizer hold its current state; its RNG states are the process's once set)."""
+    save_records(m, hooks)
+    if m.rng is not None:  # checkpoint.rng_state reads the global generators
+        torch.set_rng_state(m.rng["torch"])
+        np.random.set_state(m.rng["numpy"])
+        random.setstate(m.rng["python"])
+    save_last(m.job.out_dir / "ckpt_last.pt", m.job.run, m.st, m.model, m.opt, m.sched, m.gens, data.identity)
 
 
-def non_finite_stop(st: RunState, epoch: int, message: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """End a run whose training loss went non-finite in `epoch` after at least one good
-    epoch: like early stopping, its result is its best epoch so far (a grid point that
-    diverges is an outcome of the search, not a failed job). Returns metrics.json's
-    `diverged` for it: {epoch, train_loss: None, non_finite: the message}."""
-    st.stopped = "non_finite"
-    log(f"stopped: {message}; the run's result is its best epoch so far ({st.best_epoch})")
-    return {"epoch": epoch, "train_loss": None, "non_finite": message}
+def load_best(m: Member) -> None:
+    """The member's best epoch into its model (set at its first epoch's end: every score beats -1)."""
+    assert m.st.best_model is not None
+    m.model.load_state_dict(m.st.best_model)
 
 
-def best_checkpoint(run: Any, st: RunState) -> dict[str, Any]:
-    """What ckpt_best.pt holds: the best epoch's weights and the settings."""
-    return {
-        "config": run.to_dict(),
-        "epoch": st.best_epoch,
-        "valid_acc": st.best_valid_acc,
-        "model": st.best_model,
-    }
-
-
-def run_metrics(
-    run: Any,
-    meta: dict[str, Any] | None,
-    st: RunState,
-    own: dict[str, Any],
-    diverged: dict[str, Any] | None,
-    wall_s: float,
-    samples_per_s: float,
-    peak_memory_mb: float,
-    memory_method: str,
+def finish_member(
+    m: Member,
+    hooks: Hooks,
+    data: Any,
     device: torch.device,
+    memory: PeakMemory,
+    log: Callable[[str], None],
+    evaluated: dict[str, Any] | None = None,
+    share: float = 0.0,
+    named: bool = False,
 ) -> dict[str, Any]:
-    """A finished run's metrics.json: the keys every study shares around the study's `own`,
-    checked against the study's declared METRIC_KEYS."""
-    metrics = {
-        "experiment": (meta or {}).get("experiment"),
-        "config_name": (meta or {}).get("config_name"),
-        "seed": run.seed,
-        "point": (meta or {}).get("point"),
-        "dataset": run.dataset,
-        "best_valid_acc": st.best_valid_acc,
-        "best_epoch": st.best_epoch,
-        "epochs_run": st.epoch,
-        "stopped": st.stopped,
-        "diverged": diverged,
-        "reused_from": None,  # checkpoint.adopt_finished: the search run whose record this is
-        **own,
-        "wall_time_s": wall_s,
-        "samples_per_s": samples_per_s,
-        "peak_memory_mb": round(peak_memory_mb, 1),
-        "peak_memory_method": memory_method,
-        **environment(device),
-        "kernel_env": kernel_env(),
-        "training_code": training_code(run),  # psrnn.engine.codehash digest (its checkpoint's too)
-        "config": run.to_dict(),
-    }
-    expected = metric_keys(registry.of_settings(run))
-    if set(metrics) != expected:  # a new or lost field must update the study's METRIC_KEYS
-        raise AssertionError(
-            f"metrics.json keys differ from the study's: missing {sorted(expected - set(metrics))} (its "
-            f"finish must return them), undeclared {sorted(set(metrics) - expected)} (add to its METRIC_KEYS)"
-        )
+    """The run's own outputs (the study's finish, its best epoch loaded) and metrics.json,
+    last. `evaluated`: its final evaluation made for a fused group, `share` its part of
+    that time; `named`: the log line names the run's folder (a group's)."""
+    t0 = time.perf_counter()
+    run, st, out = m.job.run, m.st, m.job.out_dir
+    extra = {} if evaluated is None else {"evaluated": evaluated}
+    own = hooks.finish(m.model, data, run, st, device, out, **extra)
+    wall = st.wall_time_s + share + time.perf_counter() - t0
+    first_loss, _ = hooks.first_loss(data)
+    diverged = m.non_finite or divergence(st.history, first_loss, hooks.LOSS_COLUMN)
+    samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
+    peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
+    metrics = run_metrics(
+        run, m.job.meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device
+    )
+    write_json(out / "metrics.json", metrics)
+    note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"
+    log(
+        f"done{f' {out}' if named else ''}: test acc {metrics['test_acc']:.4f}, best valid "
+        f"{st.best_valid_acc:.4f} at epoch {st.best_epoch} ({st.stopped}, {st.epoch} epochs, "
+        f"{wall:.0f}s{note})"
+    )
     return metrics

@@ -1,6 +1,7 @@
 """What a study gives the engine: its `Hooks` (the science the engine calls, one subclass
-per study, named by the study's row in psrnn.registry) and what one training epoch is
-told (`Epoch`). psrnn.engine.fit trains any study's run with them.
+per study, named by the study's row in psrnn.registry), what one training epoch is told
+(`Epoch`) and, for a study that batches runs, its `Batched` members. psrnn.engine.fit
+trains any study's run with them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from psrnn import registry
-from psrnn.engine.checkpoint import RunState
+from psrnn.engine.checkpoint import Generators, RunState
 
 StepHook = Callable[[int, int, nn.Module], None]  # (epoch, step, model), after each optimizer step
 ENGINE_COLUMNS = ("epoch",)  # history.csv columns a study must keep: the engine reads them back on resume
@@ -88,6 +89,54 @@ class Hooks(abc.ABC):
     def may_stop(self, run: Any, epoch: int) -> bool:
         """Whether early stopping may end the run after `epoch` (default: after any)."""
         return True
+
+
+class Batched(abc.ABC):
+    """Members (runs) trained as one model, each kept as its own: the engine's epoch loop
+    (psrnn.engine.fit.train_members) steps every run through it. A study that batches runs
+    subclasses it in its `fused` module (psrnn.registry; psrnn.studies.relreg.fused); a run
+    alone is psrnn.engine.fit.Alone, its one member.
+
+    `runs` are the members' settings, `models` their own models (built under their seeds,
+    restored from their checkpoints), `opts` their optimizers or the states the study keeps
+    of them (None: no step is taken). The batch reads whatever of the settings it needs
+    itself: the engine knows only seed, lr, device, progress and dataset
+    (psrnn.engine.settings.RunSettings).
+    """
+
+    # True: a member's random draws (its global RNG state as a run alone has it) come from
+    # the generator train_epoch is given per member; False: from the process's generators
+    # (a run alone: the engine then keeps no RNG state of its own for it)
+    OWN_RNG: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def __init__(self, runs: list[Any], models: list[nn.Module], opts: list[Any] | None = None): ...
+
+    @abc.abstractmethod
+    def train_epoch(
+        self, data: Any, epoch: int, gens: list[Generators], rngs: list[torch.Generator]
+    ) -> dict[str, Any]:
+        """One epoch of every member: history column -> one value per member (a sequence or
+        a 1-d tensor), LOSS_COLUMN among them; a non-finite loss marks a failed member.
+        `gens`: each member's Generators (its data order), `rngs`: each member's generator
+        for the draws a run alone takes from torch's global one (see OWN_RNG)."""
+
+    @abc.abstractmethod
+    def validate(self, data: Any) -> list[dict[str, Any]]:
+        """Every member on the validation data, each as the study's Hooks.evaluate gives it."""
+
+    @abc.abstractmethod
+    def write_back(self, r: int, model: nn.Module, opt: Any) -> None:
+        """Member r's current weights into its own model and its optimizer state into its
+        own optimizer (its checkpoints and its best epoch are taken from them)."""
+
+    @abc.abstractmethod
+    def keep(self, rows: list[int]) -> None:
+        """Go on with members `rows` only (the others stopped or failed)."""
+
+    def failure(self, r: int) -> str | None:
+        """Why member r's last epoch failed, in the study's words (None: the engine's)."""
+        return None
 
 
 @functools.cache

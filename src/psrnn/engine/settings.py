@@ -4,14 +4,10 @@
 
 A study's run settings are its own frozen dataclass (psrnn.registry.Study.run_config); the
 engine (fit, train, group, checkpoint) reads only these members of it, so a study may name
-the rest of its fields as it likes. tests/test_run_settings.py checks both sides: every
-registered study's settings satisfy the protocol, and the engine's modules read no other
-attribute of a run's settings, except the two that fused training still reads
-(KNOWN_GAPS), which the one-epoch-loop change of issue 53 removes.
-
-This module is imported by no training code yet: the engine's modules are in every study's
-training digest, so typing them against it would re-stamp every committed run; it goes in
-with that change.
+the rest of its fields as it likes: a fused group's batch size or model family is its
+study's Batched's to read (psrnn.engine.hooks.Batched). tests/test_run_settings.py checks
+both sides: every registered study's settings satisfy the protocol, and the engine's
+modules read no other attribute of a run's settings.
 """
 
 from __future__ import annotations
@@ -28,8 +24,3 @@ class RunSettings(Protocol):
     dataset: str  # the dataset the run trains on (its data folder, the log header)
 
     def to_dict(self) -> dict[str, Any]: ...
-
-
-# run-settings attributes psrnn.engine.group reads for a fused group (relreg's): the batch
-# size of the members' shared batches and the model family named in the group's log line
-KNOWN_GAPS = frozenset({"batch_size", "model"})

@@ -52,7 +52,7 @@ HISTORY_COLUMNS = (
     "epoch_time_s",
 )
 LOSS_COLUMN = "train_main_loss"  # the classifier's cross-entropy (the divergence flag's)
-# metrics.json keys of this study's runs beside the engine's (psrnn.engine.fit.COMMON_METRIC_KEYS)
+# metrics.json keys of this study's runs beside the engine's (psrnn.engine.books.COMMON_METRIC_KEYS)
 METRIC_KEYS = frozenset(
     {
         "test_main_loss",

@@ -201,7 +201,7 @@ def init_gradients(cfg: S.RunConfig, count: int = 64) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
 
-    from psrnn.engine.fit import seed_everything
+    from psrnn.engine.books import seed_everything
     from psrnn.studies.private_shared.data import load_split, read_manifest
     from psrnn.studies.private_shared.epoch import EVAL_ANCHOR_SEED, clip_groups, draw_anchors
     from psrnn.studies.private_shared.hooks import init_steps

@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from psrnn.engine.checkpoint import Generators
+from psrnn.engine.hooks import Batched as Members
 from psrnn.studies.relreg import training as T
 from psrnn.studies.relreg.base import VOCAB
 from psrnn.studies.relreg.data import CounterSplit
@@ -118,8 +120,9 @@ def final_evaluations(runs: list[Any], models: list[nn.Module], data: T.Data) ->
     return [{"valid": v, "test": t} for v, t in zip(valid, test, strict=True)]
 
 
-class Batched:
-    """The parameters and optimizer state of R runs of one shape, and their step.
+class Batched(Members):
+    """The parameters and optimizer state of R runs of one shape, and their step (the
+    engine's batched-members interface, psrnn.engine.hooks.Batched).
 
     params: state_dict key -> (R, *shape) leaf tensor; runs: the runs' settings; opts: their
     optimizers' states (OptimizerState or torch.optim's; None: no step is taken)."""
@@ -361,14 +364,16 @@ class Batched:
             torch._foreach_add_(ps, update, alpha=-1.0 / bc1)
 
     def train_epoch(
-        self, data: T.Data, batch_size: int, shuffles: list[torch.Generator], noise: list[torch.Generator]
+        self, data: T.Data, epoch: int, gens: list[Generators], rngs: list[torch.Generator]
     ) -> dict[str, torch.Tensor]:
-        """One pass over the training sequences, each run in its own random batches: the
-        history's training columns, (R,) float64 each: `train_loss` (mean bit loss) and
-        `train_penalty` (mean penalty); NaN for a run whose loss was not finite (its weights
-        are then garbage: psrnn.engine.group drops it)."""
+        """One pass over the training sequences, each run in its own random batches (its
+        shuffle generator), its cell noise from its own RNG (`rngs`): the history's training
+        columns, (R,) float64 each: `train_loss` (mean bit loss) and `train_penalty` (mean
+        penalty); NaN for a run whose loss was not finite (its weights are then garbage: the
+        engine drops it)."""
         lrs = torch.tensor([r.lr for r in self.runs], dtype=torch.float64)
-        order = torch.stack([torch.randperm(len(data.train), generator=g) for g in shuffles])  # (R, N)
+        batch_size = self.runs[0].batch_size  # one of the group key's settings
+        order = torch.stack([torch.randperm(len(data.train), generator=g.shuffle) for g in gens])  # (R, N)
         loss_sum = torch.zeros(len(self), dtype=torch.float64)
         pen_sum = torch.zeros(len(self), dtype=torch.float64)
         bad = torch.zeros(len(self), dtype=torch.bool)
@@ -376,7 +381,7 @@ class Batched:
         for i in range(0, order.shape[1], batch_size):
             idx = order[:, i : i + batch_size]  # (R, b)
             x, y = data.train.x[idx], data.train.y[idx]  # (R, b, k + 1), (R, b, k)
-            logits, _ = self.forward(x, self.noise_draws(noise, x.shape[2]))
+            logits, _ = self.forward(x, self.noise_draws(rngs, x.shape[2]))
             logits = logits[:, :, 1:]  # step 0 reads the start token
             loss = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), reduction="none")
             loss = loss.view(len(self), -1).mean(dim=1)  # (R,)
@@ -395,6 +400,10 @@ class Batched:
             "train_loss": torch.where(bad, nan, loss_sum / steps),
             "train_penalty": torch.where(bad, nan, pen_sum / steps),
         }
+
+    def validate(self, data: T.Data) -> list[dict[str, Any]]:
+        """Every run on the validation bit counts (evaluate)."""
+        return self.evaluate(data.valid)
 
     @torch.no_grad()
     def evaluate(self, splits: list[CounterSplit]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from psrnn.studies.relreg.settings import RelRegConfig
 
 HISTORY_COLUMNS = T.HISTORY_COLUMNS
 LOSS_COLUMN = "train_loss"  # mean cross-entropy per output bit (the divergence flag's)
-# metrics.json keys of this study's runs beside the engine's (psrnn.engine.fit.COMMON_METRIC_KEYS)
+# metrics.json keys of this study's runs beside the engine's (psrnn.engine.books.COMMON_METRIC_KEYS)
 METRIC_KEYS = frozenset(
     {
         "study",
