@@ -362,6 +362,22 @@ def test_checkpoint_with_another_config_is_an_error_naming_the_keys(tmp_path):
     assert m["epochs_run"] == 3
 
 
+def test_a_checkpoint_naming_its_second_generator_anchors_resumes_identically(tmp_path):
+    """Checkpoints written before the engine's Generators named no study's science kept the
+    first study's anchor generator as "anchors"; restamp re-stamps such a ckpt_last.pt, so a
+    resume reads that key too."""
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, max_epochs=3)
+    ref = fit(cfg, tmp_path / "ref", log=quiet)
+    with pytest.raises(Interrupt):
+        fit(cfg, tmp_path / "run", on_step=kill_at(3, 1), log=quiet)
+    ckpt = torch.load(tmp_path / "run" / "ckpt_last.pt", weights_only=True)
+    ckpt["rng"]["anchors"] = ckpt["rng"].pop("draws")
+    torch.save(ckpt, tmp_path / "run" / "ckpt_last.pt")
+    assert stable(fit(cfg, tmp_path / "run", log=quiet)) == stable(ref)
+    assert stable_history(tmp_path / "run") == stable_history(tmp_path / "ref")
+
+
 def test_restart_on_change_starts_a_changed_run_over_and_old_checkpoints_resume(tmp_path):
     data = write_images(tmp_path / "data", T=16)
     cfg = small_cfg(data, max_epochs=3)

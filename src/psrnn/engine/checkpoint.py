@@ -58,10 +58,11 @@ class ConfigChanged(UserError):
 
 @dataclass
 class Generators:
-    """Seeded CPU generators the run owns (saved in ckpt_last.pt)."""
+    """Seeded CPU generators the run owns (saved in ckpt_last.pt): its data order and its
+    study's own draws (the first study's anchor points)."""
 
     shuffle: torch.Generator
-    anchors: torch.Generator
+    draws: torch.Generator
 
     @classmethod
     def seeded(cls, seed: int) -> Generators:
@@ -99,7 +100,7 @@ def rng_state(gens: Generators) -> dict[str, Any]:
         "numpy": (np_name, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_gauss, np_cached),
         "python": random.getstate(),
         "shuffle": gens.shuffle.get_state(),
-        "anchors": gens.anchors.get_state(),
+        "draws": gens.draws.get_state(),
     }
 
 
@@ -111,7 +112,8 @@ def set_rng_state(state: dict[str, Any], gens: Generators) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, gauss, cached))
     random.setstate(state["python"])
     gens.shuffle.set_state(state["shuffle"])
-    gens.anchors.set_state(state["anchors"])
+    # "anchors": the key before it was "draws", in a checkpoint restamp re-stamped
+    gens.draws.set_state(state["draws"] if "draws" in state else state["anchors"])
 
 
 RUN_FILES = ("ckpt_last.pt", "ckpt_best.pt", "history.csv", "metrics.json")  # one of them: a run folder

@@ -123,7 +123,7 @@ def train_epoch(
         opt.zero_grad(set_to_none=True)
         batch = batches[step]
         lengths = all_lengths[batch]
-        anchors = draw_anchors(model, cfg, lengths, gens.anchors)  # (B, m) | None
+        anchors = draw_anchors(model, cfg, lengths, gens.draws)  # (B, m) | None
         loss = torch.zeros((), device=device)
         for piece in micro_batches(lengths, cfg.max_tokens):
             # each piece's mean losses weighted by its share: the batch mean, as one piece
