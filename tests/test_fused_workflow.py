@@ -60,7 +60,7 @@ def test_group_jobs_make_every_run_and_rerun_only_unfinished_members(tmp_path):
 
 
 # A fault for the jobs: on $PYTHONPATH (the Snakefile's prefix keeps it after src/), it makes
-# psrnn.engine.group's _finish raise for the member whose folder ends with $FAIL_MEMBER, once
+# psrnn.engine.group's finish_member raise for the member whose folder ends with $FAIL_MEMBER, once
 # (while $FAIL_ONCE names a file, which it removes): the job fails after the members before it
 # wrote their metrics.json
 FAULT = """
@@ -77,16 +77,16 @@ class Finder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            real = module._finish
+            real = module.finish_member
 
-            def _finish(m, *args, **kwargs):
+            def finish_member(m, *args, **kwargs):
                 flag = os.environ["FAIL_ONCE"]
                 if str(m.job.out_dir).endswith(os.environ["FAIL_MEMBER"]) and os.path.exists(flag):
                     os.unlink(flag)
                     raise RuntimeError(f"injected failure finishing {m.job.out_dir}")
                 return real(m, *args, **kwargs)
 
-            module._finish = _finish
+            module.finish_member = finish_member
 
         spec.loader.exec_module = exec_module
         return spec
