@@ -9,7 +9,7 @@ static imports (inside functions too), each read as its syntax tree without docs
 changes no digest, and a changed constant, expression or import does. DVC's stages
 depend on these files instead of the whole package (dvc.yaml's `code` stage writes them),
 and Snakemake's training jobs carry their study's training digest among their settings
-(psrnn.workflow.experiment_spec): a real change to the code that trains re-runs the runs,
+(psrnn.jobspec.experiment_spec): a real change to the code that trains re-runs the runs,
 a comment costs nothing.
 """
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn import workflow as W
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
+from psrnn.jobspec import selection_stamp
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     points = C.grid_points(cfg["experiments"][args.experiment])
     ties = cfg.get("ties", "loss")
     record = select(args.experiment, points, read_search(cfg, args.experiment), ties, list(cfg["seeds"]))
-    record.update(W.selection_stamp(cfg, args.experiment))
+    record.update(selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
     write_json(out, record)
     for c in record["candidates"]:
