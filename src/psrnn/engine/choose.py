@@ -44,7 +44,9 @@ RANKED = "best_valid_acc"  # the key psrnn.engine.selection ranks by (higher win
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    selection.configure(p)
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument("--experiment", required=True, help="experiment with a `grid:`")
+    p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
 
 
 def is_accuracy(sel: Selection) -> bool:
