@@ -53,6 +53,7 @@ from psrnn import registry
 from psrnn.engine import codehash
 from psrnn.engine.groups import fused_finals, fused_search, group_key, group_marker, search_groups
 from psrnn.engine.proofs import earlier_proofs, finals, lock, lost, lost_line, searches, unproven
+from psrnn.engine.settings import RunSettings
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 from psrnn.jobspec import SPEC_KEY, selection_stamp
@@ -95,7 +96,7 @@ def reused_source(cfg: dict[str, Any], path: Path, record: dict[str, Any]) -> Pa
     return found
 
 
-def fused(cfg: dict[str, Any], record: dict[str, Any], run: Any) -> bool:
+def fused(cfg: dict[str, Any], record: dict[str, Any], run: RunSettings) -> bool:
     """Whether the run trained as a member of a fused group (the suite fuses its kind)."""
     if group_key(run) is None:
         return False

@@ -9,9 +9,10 @@ registered study's settings satisfy the protocol, and the engine's modules read 
 attribute of a run's settings, except the two that fused training still reads
 (KNOWN_GAPS), which the one-epoch-loop change of issue 53 removes.
 
-This module is imported by no training code yet: the engine's modules are in every study's
-training digest, so typing them against it would re-stamp every committed run; it goes in
-with that change.
+The engine's own functions that take a run's settings are typed with it (checkpoint,
+groups, restamp, train; fit and group with the one-epoch-loop change). The study hooks
+(psrnn.engine.hooks.Hooks) keep `Any`: each study's hook takes its own settings class, which
+a RunSettings parameter in the base would make an incompatible override.
 """
 
 from __future__ import annotations
