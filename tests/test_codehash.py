@@ -116,6 +116,35 @@ def test_an_edit_moves_the_digests_of_its_own_study_only(tmp_path, edited, moves
     assert not keeps & moves
 
 
+@pytest.mark.parametrize(
+    ("study", "old", "new"),
+    [
+        # how select ranks its grid (relreg breaks ties on the main loss alone)
+        ("relreg", '("valid_main_loss",)),', '("valid_main_loss", "train_loss")),'),
+        # which settings a run may change and still resume its checkpoint
+        (
+            "psrnn",
+            'resume_exempt=("progress", "device", "max_tokens", "cuda_graphs"),',
+            'resume_exempt=("progress", "max_tokens", "cuda_graphs"),',
+        ),
+    ],
+)
+def test_an_edit_to_a_studys_declarations_moves_its_training_digest_only(tmp_path, study, old, new):
+    """A study's study.py declares what decides its training (its selection, group key,
+    settings a run may resume under): its training jobs start there (codehash.jobs), so a
+    real edit re-runs that study's runs and no other study's; a comment moves nothing."""
+    src = copy_src(tmp_path)
+    before = digests(src)
+    module = registry.PLUGINS[study].partition(":")[0]  # psrnn.studies.<folder>.study
+    assert module in JOBS[f"{study}-train"][0]
+    path = src / (module.replace(".", "/") + ".py")
+    edit(path, old, f"{old}  # a comment")
+    assert digests(src) == before
+    edit(path, f"{old}  # a comment", new)
+    after = digests(src)
+    assert {n for n in before if after[n] != before[n]} == {f"{study}-train"}
+
+
 def test_a_pure_move_or_rename_of_modules_changes_no_digest(tmp_path):
     """Digests hash content, not paths: moving relreg's cells into a subpackage and renaming
     the engine's run-log module (every import rewritten, the same local names) re-trains
@@ -167,6 +196,7 @@ def test_the_digests_follow_the_imports_of_each_jobs_entry_points():
         "psrnn.studies.private_shared.epoch",
         "psrnn.studies.private_shared.models",
         "psrnn.engine.checkpoint",
+        "psrnn.studies.private_shared.study",  # its declarations decide what trains
     } <= set(train)
     assert all(m.startswith(("psrnn.engine", "psrnn.studies.private_shared")) for m in train)
     assert not set(train) & (codehash.WORKFLOW | {"psrnn.studies.private_shared.results.report"})
@@ -175,6 +205,7 @@ def test_the_digests_follow_the_imports_of_each_jobs_entry_points():
         "psrnn.studies.relreg.hooks",
         "psrnn.studies.relreg.training",
         "psrnn.studies.relreg.proto",
+        "psrnn.studies.relreg.study",
     } <= set(relreg)
     assert all(m.startswith(("psrnn.engine", "psrnn.studies.relreg")) for m in relreg)
     compile_ = codehash.digest(*JOBS["psrnn-compile"])["modules"]

@@ -3,7 +3,8 @@
 mypy over src/psrnn (pyproject.toml's [tool.mypy]), so it fails on a type error; snakefmt
 over the Snakefile ([tool.snakefmt]); and the package's shape: no import cycle between its
 modules (the package's import graph is psrnn.engine.codehash's, the one its code digests
-follow), the layers' import rule (study_imports), none longer than MAX_LINES."""
+follow), the layers' import rule (study_imports), nothing below the Snakefile helper
+importing it (helper_imports), none longer than MAX_LINES."""
 
 import ast
 import subprocess
@@ -21,6 +22,7 @@ SRC = ROOT / "src"
 MAX_LINES = 500  # a module of one job reads in a sitting; split a longer one along a seam
 STUDIES = "psrnn.studies."
 TOOLS = ("psrnn.bench",)  # measures the studies: may import them
+HELPER = "psrnn.workflow"  # the Snakefile's helper: the top of the package, imported by no layer below
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])
@@ -207,3 +209,48 @@ def test_no_shared_module_names_a_study_in_its_code():
         for line, text in strings_naming_a_study(ast.parse(path.read_bytes()), words)
     ]
     assert not found, "shared code naming a study (ask psrnn.registry instead):\n" + "\n".join(found)
+
+
+def helper_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every module of a subpackage (engine/, report/, studies/, bench/) that imports the
+    Snakefile helper, at the top or inside a function. The helper imports the engine (its
+    code digest), so the engine, the studies and the report toolkit take what a job and the
+    Snakefile share from the core below both (psrnn.jobspec, psrnn.paths); only core
+    modules that print the workflow's own commands (explain, dvcparams) may import it."""
+    return [
+        f"{name} imports {HELPER}"
+        for name, imports in sorted(graph.items())
+        if name.count(".") >= 2 and HELPER in imports
+    ]
+
+
+def test_the_helper_rule_sees_an_engine_or_study_module_importing_the_snakefile_helper(tmp_path):
+    files = {
+        "psrnn/__init__.py": "",
+        "psrnn/workflow.py": "from psrnn.engine import codehash\n",
+        "psrnn/explain.py": "def f():\n    from psrnn import workflow as W\n",  # the core: allowed
+        "psrnn/jobspec.py": "SPEC_KEY = 'x'\n",
+        "psrnn/engine/__init__.py": "",
+        "psrnn/engine/codehash.py": "",
+        "psrnn/engine/selection.py": "def run():\n    from psrnn.workflow import selection_stamp\n",
+        "psrnn/engine/choose.py": "from psrnn.jobspec import SPEC_KEY\n",
+        "psrnn/studies/__init__.py": "",
+        "psrnn/studies/a/__init__.py": "",
+        "psrnn/studies/a/prepare.py": "import psrnn.workflow\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert helper_imports(import_graph(tmp_path)) == [
+        "psrnn.engine.selection imports psrnn.workflow",
+        "psrnn.studies.a.prepare imports psrnn.workflow",
+    ]
+
+
+def test_nothing_below_the_snakefile_helper_imports_it():
+    graph = import_graph(SRC)
+    assert HELPER in graph and any(HELPER in imports for imports in graph.values())  # the core's use
+    found = helper_imports(graph)
+    assert not found, "imports of the Snakefile helper from below it (use psrnn.jobspec):\n" + "\n".join(
+        found
+    )

@@ -18,6 +18,7 @@ import torch
 
 from psrnn import __version__, registry
 from psrnn.engine import codehash
+from psrnn.engine.settings import RunSettings
 from psrnn.errors import UserError
 from psrnn.files import STALE_TEMP, read_json, torch_save, write_bytes, write_json
 
@@ -152,7 +153,14 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def save_last(
-    path: Path, cfg: Any, st: RunState, model: nn.Module, opt, sched, gens: Generators, data: str | None
+    path: Path,
+    cfg: RunSettings,
+    st: RunState,
+    model: nn.Module,
+    opt,
+    sched,
+    gens: Generators,
+    data: str | None,
 ) -> None:
     torch_save(
         path,
@@ -172,14 +180,14 @@ def save_last(
     )
 
 
-def training_code(run: Any) -> str:
+def training_code(run: RunSettings) -> str:
     """The digest of the code that trains `run`'s study (psrnn.engine.codehash: comments and
     docstrings aside): a checkpoint resumes only under the same, so a run Snakemake
     re-trains for a code change starts over instead of finishing the old code's run."""
     return codehash.training_digest(registry.of_settings(run).name)
 
 
-def config_differences(saved: dict[str, Any], run: Any) -> list[str]:
+def config_differences(saved: dict[str, Any], run: RunSettings) -> list[str]:
     """'key (checkpoint X, requested Y)' for every setting of `run` that differs from the
     `saved` ones (its study's resume-exempt settings aside). A setting the checkpoint lacks
     (added to the settings later) counts as its default: the behaviour runs had before it."""
@@ -193,7 +201,7 @@ def config_differences(saved: dict[str, Any], run: Any) -> list[str]:
     ]
 
 
-def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> list[str]:
+def checkpoint_differences(ckpt: dict[str, Any], run: RunSettings, data: str | None) -> list[str]:
     """What makes a loaded ckpt_last.pt another run than `run` on `data` (empty: the same)."""
     diff = config_differences(ckpt["config"], run)
     saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
@@ -223,7 +231,7 @@ def checkpoint_differences(ckpt: dict[str, Any], run: Any, data: str | None) -> 
     return diff
 
 
-def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
+def adopt(source: Path, out_dir: Path, cfg: RunSettings, data: str | None) -> str:
     """Copy `source`'s checkpoints into `out_dir` when they are of the same run (settings,
     seed, data): a final run that is its experiment's search run at the selected point
     resumes from it instead of training again. Returns what was done, for the log."""
@@ -243,7 +251,7 @@ def adopt(source: Path, out_dir: Path, cfg: Any, data: str | None) -> str:
 def adopt_finished(
     source: Path,
     out_dir: Path,
-    cfg: Any,
+    cfg: RunSettings,
     data: str | None,
     meta: dict[str, Any] | None,
     log: Callable[[str], None],
@@ -278,7 +286,7 @@ def adopt_finished(
 
 
 def load_last(
-    path: Path, cfg: Any, model: nn.Module, opt, sched, gens: Generators, data: str | None
+    path: Path, cfg: RunSettings, model: nn.Module, opt, sched, gens: Generators, data: str | None
 ) -> RunState:
     ckpt = read_checkpoint(path)  # load_state_dict moves the tensors to the device
     diff = checkpoint_differences(ckpt, cfg, data)

@@ -33,10 +33,10 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
-from psrnn import workflow as W
 from psrnn.engine import selection
 from psrnn.errors import UserError
 from psrnn.files import write_json
+from psrnn.jobspec import selection_stamp
 
 Selection = registry.Selection
 DEFAULT: Selection = registry.BY_ACCURACY
@@ -44,7 +44,9 @@ RANKED = "best_valid_acc"  # the key psrnn.engine.selection ranks by (higher win
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    selection.configure(p)
+    p.add_argument("--config", required=True, help="suite config (YAML)")
+    p.add_argument("--experiment", required=True, help="experiment with a `grid:`")
+    p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
 
 
 def is_accuracy(sel: Selection) -> bool:
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     ranked = {p: adapted(m, sel) for p, m in records.items()}
     record = selection.select(args.experiment, points, ranked, ties, list(cfg["seeds"]))
     record = named(record, records, sel)
-    record.update(W.selection_stamp(cfg, args.experiment))
+    record.update(selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
     write_json(out, record)
     metric = sel[0]

@@ -9,7 +9,7 @@ static imports (inside functions too), each read as its syntax tree without docs
 changes no digest, and a changed constant, expression or import does. DVC's stages
 depend on these files instead of the whole package (dvc.yaml's `code` stage writes them),
 and Snakemake's training jobs carry their study's training digest among their settings
-(psrnn.workflow.experiment_spec): a real change to the code that trains re-runs the runs,
+(psrnn.jobspec.experiment_spec): a real change to the code that trains re-runs the runs,
 a comment costs nothing.
 """
 
@@ -211,7 +211,10 @@ def jobs() -> dict[str, tuple[list[str], tuple[str, ...]]]:
     study, its data jobs (download, prepare) where it has them, its training jobs (search,
     select, train, grouped runs: the engine and the study's own folder) and its compile
     jobs (compile, paper: the report toolkit and the study's folder). So an edit to one
-    study's folder moves none of another study's digests."""
+    study's folder moves none of another study's digests. A study's training jobs start in
+    its Study's own module too (its folder's study.py, psrnn.registry.PLUGINS): what it
+    declares (how select ranks, which runs train as one group, the settings a run may change
+    and resume) decides what trains, so an edit to it re-runs that study's runs."""
     out: dict[str, tuple[list[str], tuple[str, ...]]] = {}
     for s in registry.STUDIES.values():
         if s.data_jobs:
@@ -220,8 +223,9 @@ def jobs() -> dict[str, tuple[list[str], tuple[str, ...]]]:
             ref.partition(":")[0] for ref in (s.run_config, s.check, s.check_in_suite, s.group_key) if ref
         ]
         engine = ["psrnn.engine.train", "psrnn.engine.selection", "psrnn.engine.group"]
+        study = registry.PLUGINS[s.name].partition(":")[0]
         out[f"{s.name}-train"] = (
-            engine + [s.hooks.partition(":")[0], *settings, *([s.fused] if s.fused else [])],
+            engine + [study, s.hooks.partition(":")[0], *settings, *([s.fused] if s.fused else [])],
             ENGINE + (s.package,),
         )
         out[f"{s.name}-compile"] = ([s.results, *([s.paper] if s.paper else [])], ("psrnn.report", s.package))

@@ -22,13 +22,14 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
+from psrnn.engine.settings import RunSettings
 from psrnn.paths import _slug
 
 FUSED_MAX = 256  # runs of one batched model (a proto_both shape of relreg-full: 250)
 ALONE_MAX = 12  # runs trained one by one in one job
 
 
-def group_key(run: Any) -> Any:
+def group_key(run: RunSettings) -> Any:
     """The batching key of a run's settings (None: it trains alone)."""
     ref = registry.of_settings(run).group_key
     return None if ref is None else registry.load(ref)(run)

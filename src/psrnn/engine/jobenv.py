@@ -65,7 +65,7 @@ def set_threads(threads: int | None, config: str) -> None:
 
     from psrnn import config as C
     from psrnn.errors import UserError
-    from psrnn.workflow import train_threads
+    from psrnn.jobspec import train_threads
 
     if threads is None:
         raw = C.load_yaml(config)

@@ -7,7 +7,7 @@ re-trained by today's code give their recorded numbers: `python -m psrnn restamp
 
 A run records the digest of the code that trained it (metrics.json's `training_code`,
 psrnn.engine.codehash), and a selection the digest its search was made with (its
-selected.json stamp, psrnn.workflow.selection_stamp). When the code that trains changes,
+selected.json stamp, psrnn.jobspec.selection_stamp). When the code that trains changes,
 Snakemake re-trains every such run. A change that moves no number (a refactor, a moved
 module that changes a module's local names, an error message) need not: restamp proves it
 instead, run by run. It re-trains every run the code change left stale (with
@@ -53,8 +53,10 @@ from psrnn import registry
 from psrnn.engine import codehash
 from psrnn.engine.groups import fused_finals, fused_search, group_key, group_marker, search_groups
 from psrnn.engine.proofs import earlier_proofs, finals, lock, lost, lost_line, searches, unproven
+from psrnn.engine.settings import RunSettings
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
+from psrnn.jobspec import SPEC_KEY, selection_stamp
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -94,7 +96,7 @@ def reused_source(cfg: dict[str, Any], path: Path, record: dict[str, Any]) -> Pa
     return found
 
 
-def fused(cfg: dict[str, Any], record: dict[str, Any], run: Any) -> bool:
+def fused(cfg: dict[str, Any], record: dict[str, Any], run: RunSettings) -> bool:
     """Whether the run trained as a member of a fused group (the suite fuses its kind)."""
     if group_key(run) is None:
         return False
@@ -172,15 +174,13 @@ def stale_selections(
 ) -> dict[str, Path]:
     """Experiment -> its selected.json stamped with a digest of `old`, but those of the
     experiments `skip` (search runs still stale)."""
-    from psrnn import workflow as W
-
     found = {}
     for exp in C.enabled_experiments(cfg):
-        path = Path(W.selection(cfg, exp))
+        path = C.selection_path(cfg, exp)
         if not C.has_grid(cfg, exp) or not path.is_file() or exp in skip:
             continue
-        recorded = read_json(path).get(W.SPEC_KEY)
-        if any(recorded == W.selection_stamp(cfg, exp, digest=d)[W.SPEC_KEY] for d in old):
+        recorded = read_json(path).get(SPEC_KEY)
+        if any(recorded == selection_stamp(cfg, exp, digest=d)[SPEC_KEY] for d in old):
             found[exp] = path
     return found
 
@@ -223,8 +223,6 @@ def write_stamps(
     keeps the digest it had as `restamped_from`), then the `selections`: the number of
     checkpoints stamped. A run whose metrics.json was not stamped (a write failed) stays
     stale, for `stale --code` to list and the next restamp to prove; the failure is one line."""
-    from psrnn import workflow as W
-
     old = {str(r["training_code"]) for r in records.values()}
     done = checkpoints = 0
     try:
@@ -233,7 +231,7 @@ def write_stamps(
             stamp(path, {"training_code": new, "restamped_from": record["training_code"]})
             done += 1
         for exp, path in selections.items():
-            stamp(path, W.selection_stamp(cfg, exp, digest=new))
+            stamp(path, selection_stamp(cfg, exp, digest=new))
     except OSError as err:
         raise UserError(
             f"{err.filename or 'a file'}: {err.strerror or err}; re-stamped {done} of {len(records)} run(s), "

@@ -1,4 +1,6 @@
-"""Pick an experiment's best grid point by validation accuracy: `python -m psrnn select`.
+"""Pick an experiment's best grid point by validation accuracy, and read the choice back:
+the ranking behind `python -m psrnn select` (psrnn.engine.choose, which checks the records
+and ranks by the study's metric through `select`) and the reader of `train --selected`.
 
     python -m psrnn select --config config/small.yaml --experiment mnist_ps
     # reads results/small/search/mnist_ps/<point>/metrics.json for every grid point
@@ -25,22 +27,13 @@ The test set is never looked at.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
-from psrnn import workflow as W
 from psrnn.errors import UserError
-from psrnn.files import read_json, write_json
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="suite config (YAML)")
-    p.add_argument("--experiment", required=True, help="experiment with a `grid:`")
-    p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
-
+from psrnn.files import read_json
 
 TIE_RULES = ("loss", "draw")
 
@@ -147,33 +140,3 @@ def read_search(cfg: dict[str, Any], experiment: str) -> dict[str, dict[str, Any
         if path.is_file():
             out[pid] = read_json(path)
     return out
-
-
-# Not called since `select` ranks by the study's metric (psrnn.engine.choose.run, issue 53);
-# kept only because this module is in every training digest (removing it moves them):
-# it goes with the next change that moves the digests anyway.
-def run(args: argparse.Namespace) -> int:
-    cfg = C.load_suite(args.config)
-    if args.experiment not in cfg["experiments"]:
-        raise UserError(
-            f"unknown experiment {args.experiment!r}; known: {', '.join(sorted(cfg['experiments']))}"
-        )
-    if not C.has_grid(cfg, args.experiment):
-        raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
-    points = C.grid_points(cfg["experiments"][args.experiment])
-    ties = cfg.get("ties", "loss")
-    record = select(args.experiment, points, read_search(cfg, args.experiment), ties, list(cfg["seeds"]))
-    record.update(W.selection_stamp(cfg, args.experiment))
-    out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
-    write_json(out, record)
-    for c in record["candidates"]:
-        mark = "*" if c["point"] == record["point"] else " "
-        print(f"{mark} {c['point']:40s} valid_acc {c['valid_acc']:.4f}")
-    if ties == "draw":
-        print(
-            f"{args.experiment}: {len(record['tied'])} of {len(points)} points tied at valid_acc "
-            f"{record['best_valid_acc']:.4f}; {len(record['draws'])} final runs draw from them -> {out}"
-        )
-    else:
-        print(f"{args.experiment}: selected {record['point']} -> {out}")
-    return 0

@@ -8,6 +8,11 @@ the rest of its fields as it likes: a fused group's batch size or model family i
 study's Batched's to read (psrnn.engine.hooks.Batched). tests/test_run_settings.py checks
 both sides: every registered study's settings satisfy the protocol, and the engine's
 modules read no other attribute of a run's settings.
+
+The engine's own functions that take a run's settings are typed with it (fit, group,
+checkpoint, groups, restamp, train). The study hooks (psrnn.engine.hooks.Hooks) keep `Any`:
+each study's hook takes its own settings class, which a RunSettings parameter in the base
+would make an incompatible override.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from psrnn.engine import jobenv
 from psrnn.engine.checkpoint import refuse_foreign
 from psrnn.engine.fit import fit
 from psrnn.engine.selection import overrides_for, read_selected, refuse_switched_off
+from psrnn.engine.settings import RunSettings
 from psrnn.errors import UserError
 
 # --- command line ------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_args(args: argparse.Namespace) -> tuple[Any, Path, dict[str, Any]]:
+def resolve_args(args: argparse.Namespace) -> tuple[RunSettings, Path, dict[str, Any]]:
     """(run config, run directory, metadata for metrics.json) from the command line."""
     raw = C.load_yaml(args.config)
     overrides = C.parse_set(args.set)

@@ -212,7 +212,7 @@ def download(
     `opts` is the suite config's `datasets.<dataset>.source` (all keys optional):
     mirrors, official (default true), local_dir, verify (default true), md5, retries.
     Files already present with the right checksum are kept. `stamp`: extra keys for
-    download.json (the workflow's settings digest, psrnn.workflow.dataset_stamp).
+    download.json (the workflow's settings digest, psrnn.jobspec.dataset_stamp).
     """
     opts = dict(opts or {})
     src = source(dataset)
@@ -313,13 +313,13 @@ def source_options(args: argparse.Namespace) -> tuple[Path, dict[str, Any], dict
     raw = Path(args.raw) if args.raw else None
     if args.config:
         from psrnn import config as C
-        from psrnn import workflow as W
+        from psrnn.jobspec import dataset_stamp
 
         cfg, opts = C.dataset_options(args.config, args.dataset, "source")
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
         flags = (args.mirror, args.local_dir, args.md5, args.retries, args.no_official, args.no_verify)
         if not any(flags):
-            stamp = W.dataset_stamp(cfg, args.dataset)
+            stamp = dataset_stamp(cfg, args.dataset)
     if raw is None:
         raise UserError("give --config <suite.yaml> or --raw <folder>")
     opts["mirrors"] = list(opts.get("mirrors") or []) + args.mirror

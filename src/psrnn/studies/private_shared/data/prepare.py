@@ -391,7 +391,7 @@ def prepare(
     stamp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read `raw_dir`, split/filter/encode, write `out_dir` atomically; return the manifest.
-    `stamp`: extra manifest keys (the workflow's settings digest, workflow.dataset_stamp)."""
+    `stamp`: extra manifest keys (the workflow's settings digest, psrnn.jobspec.dataset_stamp)."""
     opts = resolve_options(dataset, options)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     sources = source_md5s(dataset, raw_dir)
@@ -474,7 +474,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psrnn import config as C
-    from psrnn import workflow as W
+    from psrnn.jobspec import dataset_stamp
 
     opts: dict[str, Any] = {}
     stamp: dict[str, Any] = {}
@@ -485,7 +485,7 @@ def run(args: argparse.Namespace) -> int:
         raw = raw or C.data_root(cfg) / "raw" / args.dataset
         out = out or C.data_root(cfg) / "prepared" / args.dataset
         if not args.set:  # made exactly as the config says
-            stamp = W.dataset_stamp(cfg, args.dataset)
+            stamp = dataset_stamp(cfg, args.dataset)
     if raw is None or out is None:
         raise UserError("give --config <suite.yaml>, or both --raw <folder> and --out <folder>")
     opts.update(C.parse_set(args.set))
