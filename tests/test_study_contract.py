@@ -74,7 +74,7 @@ def untimed(run: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "epoch_time_s"} for row in read_history(run)]
 
 
-CASES: dict[str, Callable[[Path], Case]] = {"psrnn": first_study, "relreg": relreg}
+CASES: dict[str, Callable[[Path], Case]] = {"private_shared": first_study, "relreg": relreg}
 
 
 @pytest.fixture(params=sorted(registry.STUDIES))
@@ -83,10 +83,20 @@ def case(request, tmp_path) -> Case:
     return CASES[request.param](tmp_path)
 
 
-def test_every_study_has_a_case_and_hooks_the_engine_can_call():
+def test_every_study_has_a_case_and_hooks_the_engine_can_call(monkeypatch):
     assert set(CASES) == set(registry.STUDIES) == set(registry.PLUGINS)
-    with pytest.raises(TypeError, match=r"^psrnn.studies.relreg.study:STUDY: not the Study named 'psrnn' "):
-        registry.load_studies({"psrnn": "psrnn.studies.relreg.study:STUDY"})
+    import sys
+    import types
+
+    renamed = types.ModuleType("renamed_study")  # a study is its folder: named otherwise, refused
+    renamed.STUDY = dataclasses.replace(registry.STUDIES["relreg"], name="other")
+    monkeypatch.setitem(sys.modules, "renamed_study", renamed)
+    with pytest.raises(ValueError, match=r"^renamed_study:STUDY: its folder is psrnn.studies.relreg, not "):
+        registry.load_studies({"other": "renamed_study:STUDY"})
+    with pytest.raises(
+        TypeError, match=r"^psrnn.studies.relreg.study:STUDY: not the Study named 'private_shared' "
+    ):
+        registry.load_studies({"private_shared": "psrnn.studies.relreg.study:STUDY"})
     with pytest.raises(TypeError, match=r"^psrnn.registry:DEFAULT: not the Study named 'x' "):
         registry.load_studies({"x": "psrnn.registry:DEFAULT"})
     for study in registry.STUDIES.values():
@@ -119,15 +129,15 @@ def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
         ("NoEpoch", r"^study fake: fake_hooks:NoEpoch lacks epoch \(history.csv\)$"),
         ("NotHooks", r"^study fake: fake_hooks:NotHooks is not a subclass of psrnn.engine.hooks.Hooks$"),
     ):
-        row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks=f"fake_hooks:{cls}")
+        row = dataclasses.replace(registry.STUDIES["private_shared"], name="fake", hooks=f"fake_hooks:{cls}")
         with pytest.raises(TypeError, match=error):
             hooks_of(row)
-    row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks="fake_hooks:Whole")
+    row = dataclasses.replace(registry.STUDIES["private_shared"], name="fake", hooks="fake_hooks:Whole")
     whole = hooks_of(row)
     assert isinstance(whole, fake.Whole)
     assert Hooks.capture(whole, None, None, None, None, 1, None) is None  # the defaults
     monkeypatch.setitem(registry.STUDIES, "fake", row)
-    assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES]
+    assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES, *registry.ALIASES]
     assert "fake" in C.suite_schema()["properties"]["study"]["enum"]
     engine._hooks.cache_clear()
 
@@ -243,7 +253,7 @@ def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_pat
     assert best["epoch"] == m["best_epoch"] and best["valid_acc"] == m["best_valid_acc"]
 
 
-CI_CONFIGS = {"psrnn": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's CI-sized suite
+CI_CONFIGS = {"private_shared": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's CI-sized suite
 
 
 @pytest.mark.parametrize("name", sorted(registry.STUDIES))

@@ -94,9 +94,10 @@ def test_only_the_study_folder_its_line_and_config_are_new(project):
 
 def test_the_other_studies_digests_do_not_move(project):
     root, env = project
-    code = "from psrnn.engine import codehash as h; print(*map(h.training_digest, ('psrnn', 'relreg')))"
+    names = ("private_shared", "relreg")
+    code = f"from psrnn.engine import codehash as h; print(*map(h.training_digest, {names!r}))"
     out = sh(root, sys.executable, "-c", code, env=env).stdout.split()
-    assert out == [codehash.training_digest("psrnn"), codehash.training_digest("relreg")]
+    assert out == [codehash.training_digest(name) for name in names]
 
 
 def test_select_ranks_by_the_study_metric(project):

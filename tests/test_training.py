@@ -35,7 +35,7 @@ from psrnn.studies.private_shared.hooks import HISTORY_COLUMNS, init_steps, make
 from psrnn.studies.private_shared.models import build_model, param_counts
 from psrnn.studies.private_shared.settings import RunConfig
 
-METRIC_KEYS = metric_keys(STUDIES["psrnn"])
+METRIC_KEYS = metric_keys(STUDIES["private_shared"])
 
 TIMING_KEYS = ("wall_time_s", "samples_per_s", "peak_memory_mb")  # measured, not computed
 

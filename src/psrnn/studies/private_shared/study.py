@@ -4,7 +4,7 @@ modules by name, so that reading them imports nothing of the study."""
 from psrnn.registry import Study
 
 STUDY = Study(
-    name="psrnn",
+    name="private_shared",
     package="psrnn.studies.private_shared",
     title="Private and shared representations in RNNs (semi-supervised sequence classification)",
     run_config="psrnn.studies.private_shared.settings:RunConfig",
