@@ -30,6 +30,17 @@ BY_ACCURACY: Selection = ("best_valid_acc", "max", ("valid_main_loss", "valid_au
 
 
 @dataclass(frozen=True)
+class Case:
+    """A study's tiny runs for the contract tests (Study.contract): seconds each on a CPU."""
+
+    run: Any  # its run settings: 3 epochs of at least 2 optimizer steps each
+    changed: Any  # the same run with one setting changed, the setting `key`
+    key: str
+    exploding: Any  # settings whose training loss explodes (10x its first) but stays finite
+    limit: str  # the setting that caps its epochs (max_epochs, epochs)
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     title: str
@@ -53,6 +64,13 @@ class Study:
     resume_exempt: tuple[str, ...]
     # metrics.json key -> kind of value, compared by `psrnn check` (kind picks the tolerance)
     regression_keys: dict[str, str]
+    # what the contract tests (tests/test_study_contract.py: resume, refusals, the NaN stop,
+    # the divergence flag, metrics keys, compile) run of it, from its own folder, so that a
+    # new study is checked against the engine with no test edited: "module:function(folder)
+    # -> Case", its tiny runs (data, if any, written under `folder`), and its CI-sized suite
+    # config (relative to the project root), compiled before any run has finished
+    contract: str
+    ci_config: str
     # fused training (psrnn.engine.group): "module:function(run)" giving the key of runs that train
     # as one batched model (None: every run trains alone), and the module whose `Batched`
     # steps them

@@ -44,6 +44,8 @@ STUDY = Study(
         "params_head": "count",
         "params_aux": "count",
     },
+    contract="psrnn.studies.private_shared.contract:case",
+    ci_config="config/small.yaml",
     explain="psrnn.studies.private_shared.results.explain:explain",
     commands={
         "fixtures": (
