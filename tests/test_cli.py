@@ -37,7 +37,7 @@ def test_each_study_brings_its_own_commands_and_a_name_given_twice_is_refused(mo
     file. Two studies giving one name, a study giving a shared command's, a job naming none
     of its study's commands or job_commands that are not its data_jobs and paper, are
     errors naming them."""
-    first = registry.STUDIES["psrnn"]
+    first = registry.STUDIES["private_shared"]
     assert list(COMMANDS) == [*cli.CORE, *(c for s in registry.STUDIES.values() for c in s.commands)]
     assert COMMANDS["prepare"] == first.commands["prepare"]
     assert first.job_commands == {
@@ -50,6 +50,7 @@ def test_each_study_brings_its_own_commands_and_a_name_given_twice_is_refused(mo
     third = dataclasses.replace(
         first,
         name="third",
+        package="psrnn.studies.third",  # a study is its folder (registry.load_studies)
         data_jobs=("third.data",),
         paper=None,
         commands={"third-data": ("third.data", "make the third study's data")},
@@ -57,9 +58,13 @@ def test_each_study_brings_its_own_commands_and_a_name_given_twice_is_refused(mo
     )
     fake = types.ModuleType("fake_studies")
     fake.THIRD = third
-    fake.CLASH = dataclasses.replace(third, name="clash")
-    fake.NOJOB = dataclasses.replace(third, name="nojob", job_commands={"prepare": "nope"})
-    fake.OTHER = dataclasses.replace(third, name="other", data_jobs=("third.other",))
+    fake.CLASH = dataclasses.replace(third, name="clash", package="psrnn.studies.clash")
+    fake.NOJOB = dataclasses.replace(
+        third, name="nojob", package="psrnn.studies.nojob", job_commands={"prepare": "nope"}
+    )
+    fake.OTHER = dataclasses.replace(
+        third, name="other", package="psrnn.studies.other", data_jobs=("third.other",)
+    )
     monkeypatch.setitem(sys.modules, "fake_studies", fake)
     studies = registry.load_studies({**registry.PLUGINS, "third": "fake_studies:THIRD"})
     assert list(cli.all_commands(studies.values()))[-1] == "third-data"

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from psrnn import config as C
 from psrnn import registry
@@ -47,13 +48,16 @@ def test_a_comment_docstring_or_layout_edit_keeps_the_digest_and_a_real_change_m
     )
     assert digests(src) == before
     epoch.write_text(text.replace("EVAL_ANCHOR_SEED = 1234", "EVAL_ANCHOR_SEED = 1235"))
-    assert digests(src)["psrnn-train"] != before["psrnn-train"]
+    assert digests(src)["private_shared-train"] != before["private_shared-train"]
     epoch.write_text(text)
     # a module the training jobs do not import changes none of their digests
     report = src / PS / "results" / "report.py"
     report.write_text(report.read_text() + "\nX = 1\n")
     after = digests(src)
-    assert after["psrnn-train"] == before["psrnn-train"] and after["psrnn-compile"] != before["psrnn-compile"]
+    assert (
+        after["private_shared-train"] == before["private_shared-train"]
+        and after["private_shared-compile"] != before["private_shared-compile"]
+    )
     # nor does the core (the command table, how files are written): what it decides
     # reaches a run as its resolved settings, which the jobs carry beside the digest
     report.write_text(report.read_text().removesuffix("\nX = 1\n"))
@@ -62,7 +66,9 @@ def test_a_comment_docstring_or_layout_edit_keeps_the_digest_and_a_real_change_m
     assert digests(src) == before  # codehash: in the engine, but it decides which jobs run
     jobenv = src / "psrnn" / "engine" / "jobenv.py"  # but the environment a job runs in is followed
     jobenv.write_text(jobenv.read_text() + "\nX = 1\n")
-    assert digests(src)["psrnn-train"] != before["psrnn-train"] != digests(src)["relreg-train"]
+    assert (
+        digests(src)["private_shared-train"] != before["private_shared-train"] != digests(src)["relreg-train"]
+    )
 
 
 def test_a_byte_order_mark_or_a_coding_cookie_keeps_the_digest(tmp_path):
@@ -81,22 +87,35 @@ def test_a_byte_order_mark_or_a_coding_cookie_keeps_the_digest(tmp_path):
     epoch.write_bytes(cookie.encode("latin-1"))
     assert digests(src) == before
     epoch.write_bytes(cookie.replace("# é", "\nS = 'é'").encode("latin-1"))  # a real change, in latin-1
-    assert digests(src)["psrnn-train"] != before["psrnn-train"]
+    assert digests(src)["private_shared-train"] != before["private_shared-train"]
 
 
 @pytest.mark.parametrize(
     ("edited", "moves", "keeps"),
     [
-        (f"{PS}/epoch.py", {"psrnn-train"}, {"relreg-train", "relreg-compile", "psrnn-data"}),
-        (f"{PS}/data/prepare.py", {"psrnn-data"}, {"relreg-train", "relreg-compile"}),  # runs read its output
-        ("psrnn/studies/relreg/proto.py", {"relreg-train"}, {"psrnn-train", "psrnn-compile", "psrnn-data"}),
+        (
+            f"{PS}/epoch.py",
+            {"private_shared-train"},
+            {"relreg-train", "relreg-compile", "private_shared-data"},
+        ),
+        # the runs read what prepare writes, not its code
+        (f"{PS}/data/prepare.py", {"private_shared-data"}, {"relreg-train", "relreg-compile"}),
+        (
+            "psrnn/studies/relreg/proto.py",
+            {"relreg-train"},
+            {"private_shared-train", "private_shared-compile", "private_shared-data"},
+        ),
         # imported by no module, only by string (the registry row's `fused`, importlib.import_module
         # in psrnn.engine.group; issue 51 case 8): a change still moves the training digest
-        ("psrnn/studies/relreg/fused.py", {"relreg-train"}, {"psrnn-train", "psrnn-compile", "psrnn-data"}),
+        (
+            "psrnn/studies/relreg/fused.py",
+            {"relreg-train"},
+            {"private_shared-train", "private_shared-compile", "private_shared-data"},
+        ),
         (
             "psrnn/studies/relreg/verdicts.py",
             {"relreg-compile"},
-            {"relreg-train", "psrnn-train", "psrnn-compile"},
+            {"relreg-train", "private_shared-train", "private_shared-compile"},
         ),
         ("psrnn/engine/fit.py", TRAIN, COMPILE),
         ("psrnn/report/stats.py", COMPILE, TRAIN),
@@ -187,8 +206,24 @@ def test_a_pure_move_or_rename_of_modules_changes_no_digest(tmp_path):
     assert digests(src)["relreg-train"] != before["relreg-train"]
 
 
+def test_each_digest_is_named_by_its_study_and_job_as_dvc_yaml_reads_it():
+    """<study>-<job>.json, the study by its registry name (its folder's: private_shared,
+    not the project's name psrnn, since issue 53): the files the `code` stage writes and
+    the stages depend on."""
+    assert set(JOBS) == {
+        "private_shared-data",
+        "private_shared-train",
+        "private_shared-compile",
+        "relreg-train",
+        "relreg-compile",
+    }
+    stages = yaml.safe_load((C.ROOT / "dvc.yaml").read_text())["stages"]
+    deps = {d for s in stages.values() for d in s.get("deps", []) if str(d).startswith("results/code/")}
+    assert deps == {f"results/code/{name}.json" for name in JOBS}
+
+
 def test_the_digests_follow_the_imports_of_each_jobs_entry_points():
-    train = codehash.digest(*JOBS["psrnn-train"])["modules"]
+    train = codehash.digest(*JOBS["private_shared-train"])["modules"]
     assert {
         "psrnn.engine.fit",
         "psrnn.engine.group",
@@ -208,14 +243,14 @@ def test_the_digests_follow_the_imports_of_each_jobs_entry_points():
         "psrnn.studies.relreg.study",
     } <= set(relreg)
     assert all(m.startswith(("psrnn.engine", "psrnn.studies.relreg")) for m in relreg)
-    compile_ = codehash.digest(*JOBS["psrnn-compile"])["modules"]
+    compile_ = codehash.digest(*JOBS["private_shared-compile"])["modules"]
     assert {"psrnn.studies.private_shared.results.figures", "psrnn.report.figures"} <= set(compile_)
     assert "psrnn.studies.private_shared.epoch" not in compile_
 
 
 def test_every_training_job_carries_its_studys_training_digest():
     cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
-    digest = codehash.training_digest("psrnn")
+    digest = codehash.training_digest("private_shared")
     for exp in C.enabled_experiments(cfg):
         assert json.loads(W.experiment_spec(cfg, exp))["code"] == digest
     relreg = C.load_suite(C.ROOT / "config" / "relreg-ci.yaml")

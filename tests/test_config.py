@@ -418,6 +418,27 @@ def test_every_committed_config_loads_and_reads_as_plain_yaml(path):
                 C.resolve_run(cfg, name, cfg["seeds"][0], point=None if point == "default" else point)
 
 
+def test_a_config_naming_the_first_study_psrnn_reads_as_private_shared():
+    """`study: psrnn`, the first study's name before it was named by its folder (issue 53),
+    is that study: the same run settings and the same job specs (so Snakemake re-runs
+    nothing), in the CLI, the workflow and the catalogue alike; no `study:` is it too."""
+    from psrnn import workflow as W
+
+    plain = C.load_suite(SMALL)
+    old = C.validate_suite({**copy.deepcopy(plain), "study": "psrnn"}, source="old.yaml")
+    assert "study" not in C.load_yaml(SMALL) and registry.DEFAULT == "private_shared"
+    for cfg in (plain, old, {**copy.deepcopy(plain), "study": "private_shared"}):
+        assert registry.study_name(cfg) == "private_shared"
+        assert registry.study_of(cfg) is registry.STUDIES["private_shared"]
+    exp = C.enabled_experiments(plain)[0]
+    assert C.resolve_run(old, exp, 0) == C.resolve_run(plain, exp, 0)
+    assert W.experiment_spec(old, exp) == W.experiment_spec(plain, exp)
+    assert "psrnn" not in registry.STUDIES and registry.ALIASES == {"psrnn": "private_shared"}
+    assert error_of({**copy.deepcopy(plain), "study": "private"}) == (
+        "test.yaml: study: 'private' is not a study; known: private_shared, relreg"
+    )
+
+
 # --- numbers with an exponent ------------------------------------------------------------------
 
 

@@ -276,9 +276,9 @@ def test_prepare_data_runs_the_studys_own_download_and_prepare_commands(tmp_path
     )
     monkeypatch.chdir(tmp_path)  # no prepared data here
     cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
-    first = registry.STUDIES["psrnn"]
+    first = registry.STUDIES["private_shared"]
     jobs = {**first.job_commands, "download": "fetch", "prepare": "cut"}
-    monkeypatch.setitem(registry.STUDIES, "psrnn", dataclasses.replace(first, job_commands=jobs))
+    monkeypatch.setitem(registry.STUDIES, first.name, dataclasses.replace(first, job_commands=jobs))
     G.prepare_data(cfg, "small.yaml")
     assert ran[:2] == [
         ["fetch", "mnist", "--config", "small.yaml"],

@@ -13,7 +13,7 @@ from psrnn.registry import STUDIES
 
 # --- check -------------------------------------------------------------------------------------
 
-KEYS = STUDIES["psrnn"].regression_keys
+KEYS = STUDIES["private_shared"].regression_keys
 
 
 def fake_metrics(i: int) -> dict:

@@ -29,7 +29,7 @@ def fake_study(monkeypatch):
     module.ids = lambda reference: {r["id"] for r in reference.get("rows", [])}
     monkeypatch.setitem(sys.modules, "fake_refs", module)
     study = dataclasses.replace(
-        registry.STUDIES["psrnn"],
+        registry.STUDIES["private_shared"],
         name="fake",
         reference="config/fake-reference.yaml",
         reference_ids="fake_refs:ids",

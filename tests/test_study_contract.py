@@ -1,5 +1,7 @@
 """Every study against the engine (psrnn.engine.fit): what a run of any study promises, checked
-on a tiny run of each. A new study adds its case to CASES and passes these unchanged.
+on a tiny run of each. Each study brings its case from its own folder (Study.contract,
+a registry.Case) and its CI-sized config (Study.ci_config), so a new study is checked here
+with no edit of this file (tests/test_third_study.py runs it on a third).
 
 Exact resume after a kill, a changed checkpoint (or finished run) refused by name and
 started over on request, a finished run returned without training, the NaN stop, the
@@ -10,14 +12,11 @@ The studies' own science (their models, data, tables) is tested in their own fil
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from test_training import Interrupt, kill_at, quiet, read_history, small_cfg, stable, write_images
+from test_training import Interrupt, kill_at, quiet, read_history, stable
 
 from psrnn import config as C
 from psrnn import registry
@@ -27,43 +26,12 @@ from psrnn.engine.fit import fit
 from psrnn.engine.hooks import Hooks, hooks_of
 from psrnn.errors import TrainingDiverged
 from psrnn.files import read_json
-from psrnn.studies.relreg.settings import RelRegConfig
+from psrnn.registry import Case
 
 
-@dataclass
-class Case:
-    run: Any  # a tiny run of the study, 3 epochs
-    changed: Any  # the same run with one setting changed (its name below)
-    key: str
-    exploding: Any  # settings whose training loss explodes but stays finite
-
-
-def first_study(tmp_path: Path) -> Case:
-    run = small_cfg(write_images(tmp_path / "data", T=16), max_epochs=3)
-    return Case(
-        run,
-        dataclasses.replace(run, lr=0.2),
-        "lr",
-        dataclasses.replace(run, optimizer="adam", lr=1e6, clip=1.0),
-    )
-
-
-def relreg(tmp_path: Path) -> Case:
-    run = RelRegConfig(
-        model="proto",
-        hidden=8,
-        cells=2,
-        epochs=3,
-        train_size=48,
-        batch_size=16,
-        valid_bits=(4,),
-        test_bits=(6,),
-        test_count=16,
-        l2_cell=0.001,
-        noise=0.1,
-    )
-    exploding = dataclasses.replace(run, model="lstm", l2_cell=0.0, noise=0.0, optimizer="sgd", lr=1e30)
-    return Case(run, dataclasses.replace(run, noise=0.2), "noise", exploding)
+def case_of(name: str, folder: Path) -> Case:
+    """The study's contract case (Study.contract), its data written under `folder`."""
+    return registry.load(registry.STUDIES[name].contract)(folder)
 
 
 def numbers(metrics: dict) -> dict:
@@ -75,19 +43,35 @@ def untimed(run: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "epoch_time_s"} for row in read_history(run)]
 
 
-CASES: dict[str, Callable[[Path], Case]] = {"psrnn": first_study, "relreg": relreg}
-
-
 @pytest.fixture(params=sorted(registry.STUDIES))
 def case(request, tmp_path) -> Case:
-    assert request.param in CASES, f"add CASES[{request.param!r}]: a tiny run of the study (see first_study)"
-    return CASES[request.param](tmp_path)
+    return case_of(request.param, tmp_path)
 
 
-def test_every_study_has_a_case_and_hooks_the_engine_can_call():
-    assert set(CASES) == set(registry.STUDIES) == set(registry.PLUGINS)
-    with pytest.raises(TypeError, match=r"^psrnn.studies.relreg.study:STUDY: not the Study named 'psrnn' "):
-        registry.load_studies({"psrnn": "psrnn.studies.relreg.study:STUDY"})
+def test_every_study_brings_a_case_and_hooks_the_engine_can_call(monkeypatch, tmp_path):
+    """Each case is its own study's runs, `changed` differs from `run` in `key` alone, and
+    `limit` caps the epochs (3)."""
+    assert set(registry.STUDIES) == set(registry.PLUGINS)
+    for name, study in registry.STUDIES.items():
+        c = case_of(name, tmp_path / name)
+        assert isinstance(c, Case) and registry.of_settings(c.run) is study, name
+        assert registry.of_settings(c.changed) is study and registry.of_settings(c.exploding) is study
+        assert getattr(c.changed, c.key) != getattr(c.run, c.key), name
+        assert dataclasses.replace(c.run, **{c.key: getattr(c.changed, c.key)}) == c.changed, name
+        assert getattr(c.run, c.limit) == 3, name
+        assert (C.ROOT / study.ci_config).is_file(), name
+    import sys
+    import types
+
+    renamed = types.ModuleType("renamed_study")  # a study is its folder: named otherwise, refused
+    renamed.STUDY = dataclasses.replace(registry.STUDIES["relreg"], name="other")
+    monkeypatch.setitem(sys.modules, "renamed_study", renamed)
+    with pytest.raises(ValueError, match=r"^renamed_study:STUDY: its folder is psrnn.studies.relreg, not "):
+        registry.load_studies({"other": "renamed_study:STUDY"})
+    with pytest.raises(
+        TypeError, match=r"^psrnn.studies.relreg.study:STUDY: not the Study named 'private_shared' "
+    ):
+        registry.load_studies({"private_shared": "psrnn.studies.relreg.study:STUDY"})
     with pytest.raises(TypeError, match=r"^psrnn.registry:DEFAULT: not the Study named 'x' "):
         registry.load_studies({"x": "psrnn.registry:DEFAULT"})
     for study in registry.STUDIES.values():
@@ -120,15 +104,15 @@ def test_a_new_studys_hooks_and_name_are_checked_when_loaded(monkeypatch):
         ("NoEpoch", r"^study fake: fake_hooks:NoEpoch lacks epoch \(history.csv\)$"),
         ("NotHooks", r"^study fake: fake_hooks:NotHooks is not a subclass of psrnn.engine.hooks.Hooks$"),
     ):
-        row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks=f"fake_hooks:{cls}")
+        row = dataclasses.replace(registry.STUDIES["private_shared"], name="fake", hooks=f"fake_hooks:{cls}")
         with pytest.raises(TypeError, match=error):
             hooks_of(row)
-    row = dataclasses.replace(registry.STUDIES["psrnn"], name="fake", hooks="fake_hooks:Whole")
+    row = dataclasses.replace(registry.STUDIES["private_shared"], name="fake", hooks="fake_hooks:Whole")
     whole = hooks_of(row)
     assert isinstance(whole, fake.Whole)
     assert Hooks.capture(whole, None, None, None, None, 1, None) is None  # the defaults
     monkeypatch.setitem(registry.STUDIES, "fake", row)
-    assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES]
+    assert C.suite_schema()["properties"]["study"]["enum"] == [*registry.STUDIES, *registry.ALIASES]
     assert "fake" in C.suite_schema()["properties"]["study"]["enum"]
     engine._hooks.cache_clear()
 
@@ -202,18 +186,13 @@ def test_a_later_nan_loss_ends_the_run_at_its_best_epoch(case, tmp_path):
     assert math.isfinite(m["test_acc"]) and 0.0 <= m["test_acc"] <= 1.0
     assert any(line.startswith("stopped: ") and "best epoch so far (1)" in line for line in logs)
     # the best epoch's numbers are an untouched run's first epoch
-    clean = fit(dataclasses.replace(case.run, **{limit(case.run): 1}), tmp_path / "clean", log=quiet)
+    clean = fit(dataclasses.replace(case.run, **{case.limit: 1}), tmp_path / "clean", log=quiet)
     assert m["best_valid_acc"] == clean["best_valid_acc"] and m["test_acc"] == clean["test_acc"]
     assert untimed(tmp_path / "run") == untimed(tmp_path / "clean")
     best = torch.load(tmp_path / "run" / "ckpt_best.pt", weights_only=True)
     assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in best["model"].values())
     # finished: a second call returns the record without training
     assert fit(case.run, tmp_path / "run", log=quiet) == m
-
-
-def limit(run: Any) -> str:
-    """The run's epoch-limit setting (the studies name it differently)."""
-    return "max_epochs" if hasattr(run, "max_epochs") else "epochs"
 
 
 def test_an_exploding_finite_loss_is_flagged_and_the_run_finishes(case, tmp_path):
@@ -244,16 +223,14 @@ def test_metrics_and_history_carry_what_selection_and_compile_read(case, tmp_pat
     assert best["epoch"] == m["best_epoch"] and best["valid_acc"] == m["best_valid_acc"]
 
 
-CI_CONFIGS = {"psrnn": "small.yaml", "relreg": "relreg-ci.yaml"}  # each study's CI-sized suite
-
-
 @pytest.mark.parametrize("name", sorted(registry.STUDIES))
 def test_compile_writes_every_listed_output_and_the_same_bytes_twice(name, tmp_path, monkeypatch):
     """Before any run has finished (every number missing): the whole compile path, through
-    the study's row, for every study; the studies' own tests compile real numbers."""
-    assert name in CI_CONFIGS, f"add CI_CONFIGS[{name!r}]: the study's CI-sized suite config"
-    cfg = C.load_suite(C.ROOT / "config" / CI_CONFIGS[name])
+    the study's row, for every study (its CI-sized config, Study.ci_config); the studies'
+    own tests compile real numbers."""
+    cfg = C.load_suite(C.ROOT / registry.STUDIES[name].ci_config)
     study = registry.study_of(cfg)
+    assert study is registry.STUDIES[name]
     monkeypatch.chdir(tmp_path)
     results = C.results_root(cfg)
     digests = []

@@ -3,9 +3,10 @@ config. A copy of the project gets tests/fixtures/studies/parity/ (a GRU on bit-
 as src/psrnn/studies/parity/, one registry line and config/parity.yaml, nothing else, and the
 shared Snakefile runs it through search, select, train and compile: select ranks by the
 study's own metric (the lowest valid_loss), the table sets its reference row beside our
-numbers, and the other studies' training digests are those of this tree.
+numbers, the other studies' training digests are those of this tree, and the contract
+tests (tests/test_study_contract.py, unedited) run the study's own case from its folder.
 
-    uv run --frozen pytest tests/test_third_study.py      # about a minute on 2 loaded cores
+    uv run --frozen pytest tests/test_third_study.py      # about 90 s on 2 loaded cores
 """
 
 import json
@@ -94,9 +95,39 @@ def test_only_the_study_folder_its_line_and_config_are_new(project):
 
 def test_the_other_studies_digests_do_not_move(project):
     root, env = project
-    code = "from psrnn.engine import codehash as h; print(*map(h.training_digest, ('psrnn', 'relreg')))"
+    names = ("private_shared", "relreg")
+    code = f"from psrnn.engine import codehash as h; print(*map(h.training_digest, {names!r}))"
     out = sh(root, sys.executable, "-c", code, env=env).stdout.split()
-    assert out == [codehash.training_digest("psrnn"), codehash.training_digest("relreg")]
+    assert out == [codehash.training_digest(name) for name in names]
+
+
+def test_the_contract_tests_run_the_new_studys_own_case(project):
+    """tests/test_study_contract.py, unedited in the copy, finds the parity study's case in
+    its folder (Study.contract) and its config (Study.ci_config): every one of its tests
+    parametrized by study runs on parity and passes (about 15 s)."""
+    import inspect
+
+    import test_study_contract as contract
+
+    root, env = project
+    (root / "tests").mkdir(exist_ok=True)
+    for name in ("conftest.py", "test_study_contract.py", "test_training.py"):
+        shutil.copy2(Path(__file__).parent / name, root / "tests" / name)
+    proc = sh(
+        root,
+        *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA"),
+        *("tests/test_study_contract.py", "-k", "parity or brings_a_case"),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    passed = {ln.split("::")[1] for ln in proc.stdout.splitlines() if ln.startswith("PASSED ")}
+    per_study = {
+        name
+        for name, f in vars(contract).items()
+        if name.startswith("test_") and {"case", "name"} & set(inspect.signature(f).parameters)
+    }
+    assert len(per_study) >= 7 and {f"{name}[parity]" for name in per_study} <= passed
+    assert "test_every_study_brings_a_case_and_hooks_the_engine_can_call" in passed
 
 
 def test_select_ranks_by_the_study_metric(project):

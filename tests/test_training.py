@@ -30,40 +30,24 @@ from psrnn.errors import TrainingDiverged
 from psrnn.machine import cpu_name, git_commit
 from psrnn.registry import STUDIES
 from psrnn.studies.private_shared import hooks as first_study
+from psrnn.studies.private_shared.contract import (  # noqa: F401 (re-exports, for the other tests)
+    small_cfg,
+    write_images,
+    write_manifest,
+)
 from psrnn.studies.private_shared.data import batch_order, load_split
 from psrnn.studies.private_shared.epoch import clip_gradients, evaluate
 from psrnn.studies.private_shared.hooks import HISTORY_COLUMNS, init_steps, make_optimizer
 from psrnn.studies.private_shared.models import build_model, param_counts
 from psrnn.studies.private_shared.settings import RunConfig
 
-METRIC_KEYS = metric_keys(STUDIES["psrnn"])
+METRIC_KEYS = metric_keys(STUDIES["private_shared"])
 
 TIMING_KEYS = ("wall_time_s", "samples_per_s", "peak_memory_mb")  # measured, not computed
 
 
 # --- tiny prepared datasets --------------------------------------------------------------
-
-
-def write_manifest(d: Path, **kw) -> None:
-    (d / "manifest.json").write_text(json.dumps(kw))
-
-
-def write_images(d: Path, sizes=(48, 16, 16), T=16, F=1, classes=3, seed=0, marker=0) -> Path:
-    """uint8 (N, T, F) sequences; with marker > 0 the class is written in the first `marker`
-    steps and the rest is low noise (a long-range task when T is large)."""
-    d.mkdir(parents=True, exist_ok=True)
-    g = torch.Generator().manual_seed(seed)
-    for split, n in zip(("train", "valid", "test"), sizes):
-        y = torch.randint(0, classes, (n,), generator=g)
-        if marker:
-            x = torch.randint(0, 32, (n, T, F), generator=g)
-            x[:, :marker] = (255 * y // (classes - 1))[:, None, None]
-        else:
-            x = torch.randint(0, 256, (n, T, F), generator=g)
-            x[:, :, 0] = (x[:, :, 0] // 2 + 60 * y[:, None]).clamp(max=255)  # learnable a little
-        torch.save({"x": x.to(torch.uint8), "y": y}, d / f"{split}.pt")
-    write_manifest(d, input="continuous", features=F, num_classes=classes, scale=255)
-    return d
+# (images, and the run on them: psrnn.studies.private_shared.contract, the study's contract case)
 
 
 def write_text(d: Path, sizes=(24, 8, 8), V=6, classes=2, seed=0) -> Path:
@@ -81,23 +65,6 @@ def write_text(d: Path, sizes=(24, 8, 8), V=6, classes=2, seed=0) -> Path:
         torch.save({"x": torch.cat(seqs).to(torch.uint8), "offsets": offsets, "y": y}, d / f"{split}.pt")
     write_manifest(d, input="categorical", features=V, num_classes=classes)
     return d
-
-
-def small_cfg(data: Path, **kw) -> RunConfig:
-    base = dict(
-        dataset="mnist",
-        data_dir=str(data),
-        hidden=8,
-        shared=0.5,
-        tasks=("rec", "pred"),
-        anchors=2,
-        window=3,
-        batch_size=16,
-        max_epochs=3,
-        lr=0.1,
-        progress="plain",
-    )
-    return RunConfig(**{**base, **kw})
 
 
 def quiet(_msg: str) -> None:

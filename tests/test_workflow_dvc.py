@@ -351,7 +351,9 @@ def test_dvc_repro_dry_and_status_work_in_a_fresh_clone(dvc_repo):
     for name in ["code", *(s for ss in STAGES.values() for s in ss)]:
         assert f"Running stage '{name}'" in dry.stdout, (name, dry.stdout[-3000:])
     status = sh(dvc_repo, sys.executable, "-m", "dvc", "status").stdout
-    assert "always changed" in status and "deleted:            results/code/psrnn-data.json" in status, status
+    assert (
+        "always changed" in status and "deleted:            results/code/private_shared-data.json" in status
+    ), status
     assert not (repo / "data").exists() and not (repo / "results" / NAME).exists()
     assert not (repo / "results" / "code").exists() and committed(repo) == before
 

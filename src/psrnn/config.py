@@ -73,7 +73,7 @@ def validate_suite(cfg: dict[str, Any], source: str = "config") -> dict[str, Any
 
     Raises ConfigError naming the offending key (e.g. `experiments.mnist_ps.shared`).
     """
-    study = cfg.get("study", registry.DEFAULT) if isinstance(cfg, dict) else registry.DEFAULT
+    study = registry.study_name(cfg) if isinstance(cfg, dict) else registry.DEFAULT
     if study not in registry.STUDIES:
         raise ConfigError(f"{source}: study: {study!r} is not a study; known: {', '.join(registry.STUDIES)}")
     _raise_first_error(_validator(None, study), cfg, source=source)
@@ -184,7 +184,8 @@ def suite_schema(study: str = registry.DEFAULT) -> dict[str, Any]:
     whose items are checked as that setting is (so a wrong grid value is named before
     any grid point is built)."""
     schema = load_yaml(SCHEMA_PATH)
-    schema["properties"]["study"]["enum"] = list(registry.STUDIES)  # every row of the registry
+    # every row of the registry, and the old names that still read as one (registry.ALIASES)
+    schema["properties"]["study"]["enum"] = [*registry.STUDIES, *registry.ALIASES]
     names = schema["properties"]["job_env"]["propertyNames"]  # exact names, listed when refused
     names["errorMessage"] = (
         f"is not a variable job_env may set: it takes {', '.join(names['enum'])} only (docs/workflow.md "

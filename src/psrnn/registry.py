@@ -1,6 +1,7 @@
-"""The studies the suite reproduces, one Study each. A suite config's `study:` key picks one
-(default `psrnn`, the first study); the same CLI, engine (psrnn.engine.fit), Snakefile,
-selection, check and compile serve every study alike.
+"""The studies the suite reproduces, one Study each, named by its folder. A suite config's
+`study:` key picks one (default `private_shared`, the first study; its former name `psrnn`
+still reads as it, ALIASES); the same CLI, engine (psrnn.engine.fit), Snakefile, selection,
+check and compile serve every study alike.
 
     python -m psrnn config config/relreg.yaml     # study: relreg
 
@@ -29,6 +30,17 @@ BY_ACCURACY: Selection = ("best_valid_acc", "max", ("valid_main_loss", "valid_au
 
 
 @dataclass(frozen=True)
+class Case:
+    """A study's tiny runs for the contract tests (Study.contract): seconds each on a CPU."""
+
+    run: Any  # its run settings: 3 epochs of at least 2 optimizer steps each
+    changed: Any  # the same run with one setting changed, the setting `key`
+    key: str
+    exploding: Any  # settings whose training loss explodes (10x its first) but stays finite
+    limit: str  # the setting that caps its epochs (max_epochs, epochs)
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     title: str
@@ -52,6 +64,13 @@ class Study:
     resume_exempt: tuple[str, ...]
     # metrics.json key -> kind of value, compared by `psrnn check` (kind picks the tolerance)
     regression_keys: dict[str, str]
+    # what the contract tests (tests/test_study_contract.py: resume, refusals, the NaN stop,
+    # the divergence flag, metrics keys, compile) run of it, from its own folder, so that a
+    # new study is checked against the engine with no test edited: "module:function(folder)
+    # -> Case", its tiny runs (data, if any, written under `folder`), and its CI-sized suite
+    # config (relative to the project root), compiled before any run has finished
+    contract: str
+    ci_config: str
     # fused training (psrnn.engine.group): "module:function(run)" giving the key of runs that train
     # as one batched model (None: every run trains alone), and the module whose `Batched`
     # steps them
@@ -100,14 +119,20 @@ class Study:
 # name -> "module:object" of the study's Study (its folder's study.py): the registry names
 # each study by string and imports none of its code (tests/test_style.py)
 PLUGINS = {
-    "psrnn": "psrnn.studies.private_shared.study:STUDY",
+    "private_shared": "psrnn.studies.private_shared.study:STUDY",
     "relreg": "psrnn.studies.relreg.study:STUDY",
 }
-DEFAULT = "psrnn"  # the study of a suite config without `study:`
+DEFAULT = "private_shared"  # the study of a suite config without `study:`
+# a study's former name -> its name: a suite config written before the rename (issue 53:
+# the first study was `psrnn`, the project's name) still reads as that study
+ALIASES = {"psrnn": "private_shared"}
 
 
 def study_name(cfg: dict[str, Any]) -> str:
-    return cfg.get("study", DEFAULT)
+    """The study a suite config names (`study:`, an old name read as the study's own; none:
+    DEFAULT)."""
+    name = cfg.get("study", DEFAULT)
+    return ALIASES.get(name, name) if isinstance(name, str) else name
 
 
 def study_of(cfg: dict[str, Any]) -> Study:
@@ -128,14 +153,16 @@ def load(ref: str) -> Any:
 
 
 def load_studies(plugins: dict[str, str]) -> dict[str, Study]:
-    """name -> the Study each of `plugins` names; one that is not a Study of that name, a
-    job naming no command of its own, or a command another study has too, is an error
-    naming them, when the package loads."""
+    """name -> the Study each of `plugins` names; one that is not a Study of that name (its
+    folder's: psrnn.studies.<name>), a job naming no command of its own, or a command
+    another study has too, is an error naming them, when the package loads."""
     out: dict[str, Study] = {}
     for name, ref in plugins.items():
         study = load(ref)
         if not isinstance(study, Study) or study.name != name:
             raise TypeError(f"{ref}: not the Study named {name!r} that psrnn.registry.PLUGINS says it is")
+        if study.package != f"psrnn.studies.{name}":  # a study is its folder, and named by it
+            raise ValueError(f"{ref}: its folder is {study.package}, not psrnn.studies.{name}, its name")
         for job, command in study.job_commands.items():
             if command not in study.commands:
                 raise ValueError(f"{ref}: its {job!r} job runs {command!r}, which is none of its commands")
@@ -153,3 +180,5 @@ def load_studies(plugins: dict[str, str]) -> dict[str, Study]:
 
 
 STUDIES: dict[str, Study] = load_studies(PLUGINS)  # each study's facts
+if bad := sorted(old for old, new in ALIASES.items() if old in STUDIES or new not in STUDIES):
+    raise ValueError(f"psrnn.registry.ALIASES: {bad}: each is a study's name too, or reads as no study")

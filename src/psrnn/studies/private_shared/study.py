@@ -4,7 +4,7 @@ modules by name, so that reading them imports nothing of the study."""
 from psrnn.registry import Study
 
 STUDY = Study(
-    name="psrnn",
+    name="private_shared",
     package="psrnn.studies.private_shared",
     title="Private and shared representations in RNNs (semi-supervised sequence classification)",
     run_config="psrnn.studies.private_shared.settings:RunConfig",
@@ -44,6 +44,8 @@ STUDY = Study(
         "params_head": "count",
         "params_aux": "count",
     },
+    contract="psrnn.studies.private_shared.contract:case",
+    ci_config="config/small.yaml",
     explain="psrnn.studies.private_shared.results.explain:explain",
     commands={
         "fixtures": (

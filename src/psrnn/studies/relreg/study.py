@@ -29,6 +29,8 @@ STUDY = Study(
         "params": "count",
         "cell_params": "count",
     },
+    contract="psrnn.studies.relreg.contract:case",
+    ci_config="config/relreg-ci.yaml",
     group_key="psrnn.studies.relreg.settings:group_key",
     fused="psrnn.studies.relreg.fused",
     explain="psrnn.studies.relreg.explain:explain",
