@@ -142,7 +142,7 @@ def test_an_edit_moves_the_digests_of_its_own_study_only(tmp_path, edited, moves
         ("relreg", '("valid_main_loss",)),', '("valid_main_loss", "train_loss")),'),
         # which settings a run may change and still resume its checkpoint
         (
-            "psrnn",
+            "private_shared",
             'resume_exempt=("progress", "device", "max_tokens", "cuda_graphs"),',
             'resume_exempt=("progress", "max_tokens", "cuda_graphs"),',
         ),
