@@ -1,7 +1,7 @@
 """Digests of the code a job runs, blind to comments, docstrings and layout:
 `python -m psrnn code-digest`.
 
-    python -m psrnn code-digest --out results/code      # <study>-data.json, <study>-train.json, <study>-compile.json
+    python -m psrnn code-digest --out results/code   # <study>-data.json, -train.json, -compile.json
 
 A digest covers the modules a job's entry points import, followed through the package's
 static imports (inside functions too), each read as its syntax tree without docstrings
