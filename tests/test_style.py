@@ -81,6 +81,13 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def write_package(root: Path, files: dict[str, str]) -> None:
+    """A synthetic package under `root`: relative path -> source."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
 def test_the_import_graph_reads_every_kind_of_import(tmp_path):
     files = {
         "psrnn/__init__.py": "",
@@ -90,9 +97,7 @@ def test_the_import_graph_reads_every_kind_of_import(tmp_path):
         "psrnn/sub/__init__.py": "from . import d\n",
         "psrnn/sub/d.py": "from ..a import y\n",
     }
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
+    write_package(tmp_path, files)
     graph = import_graph(tmp_path)
     assert graph == {
         "psrnn": set(),
@@ -238,9 +243,7 @@ def test_the_helper_rule_sees_an_engine_or_study_module_importing_the_snakefile_
         "psrnn/studies/a/__init__.py": "",
         "psrnn/studies/a/prepare.py": "import psrnn.workflow\n",
     }
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
+    write_package(tmp_path, files)
     assert helper_imports(import_graph(tmp_path)) == [
         "psrnn.engine.selection imports psrnn.workflow",
         "psrnn.studies.a.prepare imports psrnn.workflow",
