@@ -44,11 +44,13 @@ def suite(tmp_path, monkeypatch):
     return path, cfg, results
 
 
-def restamp(path):
+def restamp(path, *options):
     """`python -m psrnn restamp` as a user runs it: it applies the suite's job_env (the
     kernel variables the runs were trained under) before torch starts."""
     return subprocess.run(
-        [sys.executable, "-m", "psrnn", "restamp", "--config", str(path)], capture_output=True, text=True
+        [sys.executable, "-m", "psrnn", "restamp", "--config", str(path), *options],
+        capture_output=True,
+        text=True,
     )
 
 
@@ -56,13 +58,15 @@ def snapshot(results):
     return {p: p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
 
 
-def test_restamp_refuses_a_run_that_today_s_code_trains_otherwise_and_writes_nothing(suite):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_restamp_refuses_a_run_that_today_s_code_trains_otherwise_and_writes_nothing(suite, jobs):
+    """In this process, or with other groups re-training beside it in their own processes."""
     path, cfg, results = suite
     tampered = results / "runs" / EXPERIMENT / "seed3" / "metrics.json"  # a member of the proof's group
     record = read_json(tampered)
     write_json(tampered, {**record, "best_epoch": record["best_epoch"] + 1})
     before = snapshot(results)
-    done = restamp(path)
+    done = restamp(path, "--jobs", jobs)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     name = tampered.relative_to(results.parents[1])
@@ -72,11 +76,14 @@ def test_restamp_refuses_a_run_that_today_s_code_trains_otherwise_and_writes_not
 
 
 def test_restamp_re_trains_and_re_stamps_every_stale_run_and_the_selection(suite):
+    """Two re-trainings at a time (--jobs 2), each in its own process; the runs' numbers are
+    those they recorded, as in one process (the other tests here)."""
     path, cfg, results = suite
     now = codehash.training_digest("relreg")
     stale = stale_runs(cfg, code=True)
     assert len(stale) == len(list(results.rglob("metrics.json"))) > 20
-    done = restamp(path)
+    assert restamp(path, "--jobs", "0").stderr.strip() == "psrnn restamp: error: --jobs 0: must be at least 1"
+    done = restamp(path, "--jobs", "2")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert f"same numbers: results/relreg/runs/{EXPERIMENT}/seed" in out  # a final run and its group
@@ -86,6 +93,7 @@ def test_restamp_re_trains_and_re_stamps_every_stale_run_and_the_selection(suite
     assert W.is_current(selected, W.selection_stamp(cfg, EXPERIMENT))
     [proof] = read_json(results / "restamp.json")["restamps"]
     assert proof["from"] == [OLD] and proof["to"] == now and proof["restamped_runs"] == len(stale)
+    assert proof["command"] == f"python -m psrnn restamp --config {path} --jobs 2"
     every = {str(p.relative_to(results.parents[1])) for p in results.rglob("metrics.json")}
     assert set(proof["retrained"]) == every  # every stale run, each with its fused group
     assert proof["left_stale"] == 0

@@ -4,6 +4,7 @@ re-trained by today's code give their recorded numbers: `python -m psrnn restamp
     python -m psrnn restamp --config config/relreg.yaml                     # every stale run
     python -m psrnn restamp --config config/relreg.yaml --per-experiment 3  # a sample: only it
     python -m psrnn restamp --config config/relreg.yaml --dry-run           # re-train and compare only
+    python -m psrnn restamp --config config/relreg.yaml --jobs 2            # two re-trainings at a time
 
 A run records the digest of the code that trained it (metrics.json's `training_code`,
 psrnn.engine.codehash), and a selection the digest its search was made with (its
@@ -11,18 +12,18 @@ selected.json stamp, psrnn.jobspec.selection_stamp). When the code that trains c
 Snakemake re-trains every such run. A change that moves no number (a refactor, a moved
 module that changes a module's local names, an error message) need not: restamp proves it
 instead, run by run. It re-trains every run the code change left stale (with
-`--per-experiment N`, the first N of each experiment: final runs first, then search runs;
-each from its recorded settings, with the recorded CPU threads and kernel variables, in a
-scratch folder) and compares each with its record, key by key (the study's regression keys:
-accuracies, epochs and counts exactly, and the per-length accuracies where a study has
-them; a member of a fused group is trained again with its group, as a batched model's
-numbers are its members' together; a final run that took its search run's record is proven
-by that search run). A re-stamp proves what it stamps: only the runs re-trained (and those
-final runs) get today's digest, and a selection only once every search run of its
-experiment records it; a sample leaves the rest stale, for `stale --code` to list and the
-next restamp or Snakemake to do. Any difference is one line naming the run and the key, and
-nothing is written: re-train then (`psrnn stale --config ... --code --forget`, then
-Snakemake).
+`--per-experiment N`, the first N of each experiment: final runs first, then search runs; each from
+its recorded settings, with the recorded CPU threads and kernel variables, in a scratch
+folder; psrnn.engine.retrain; `--jobs N`: N at a time, each in its own process) and compares
+each with its record, key by key (the study's regression keys: accuracies, epochs and counts
+exactly, and the per-length accuracies where a study has them; a member of a fused group is
+trained again with its group, as a batched model's numbers are its members' together; a
+final run that took its search run's record is proven by that search run). A re-stamp proves
+what it stamps: only the runs re-trained (and those final runs) get today's digest, and a
+selection only once every search run of its experiment records it; a sample leaves the rest
+stale, for `stale --code` to list and the next restamp or Snakemake to do. Any difference is
+one line naming the run and the key, and nothing is written: re-train then (`psrnn stale
+--config ... --code --forget`, then Snakemake).
 
 Writing: one restamp per results folder at a time (a lock; a second one is refused);
 `restamp.json` is read before anything trains (a damaged one stops it), and the proof (the
@@ -44,16 +45,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
 from psrnn.engine import codehash
-from psrnn.engine.groups import fused_finals, fused_search, group_key, group_marker, search_groups
+from psrnn.engine.groups import fused_search, group_marker, search_groups
 from psrnn.engine.proofs import earlier_proofs, finals, lock, lost, lost_line, searches, unproven
-from psrnn.engine.settings import RunSettings
+from psrnn.engine.retrain import prove
 from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 from psrnn.jobspec import SPEC_KEY, selection_stamp
@@ -67,6 +67,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="re-train (and re-stamp) only the first N stale runs of each experiment (default: all)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="re-train N runs (or fused groups) at a time, each in its own process with the threads "
+        "it recorded (default: 1)",
     )
     p.add_argument("--dry-run", action="store_true", help="re-train and compare, write nothing")
     p.add_argument(
@@ -83,90 +91,6 @@ def sample(cfg: dict[str, Any], stale: list[Path], per_experiment: int | None) -
     for exp in C.enabled_experiments(cfg):
         out += [p for p in finals(cfg, exp) + searches(cfg, exp) if p in stale][:per_experiment]
     return out
-
-
-def reused_source(cfg: dict[str, Any], path: Path, record: dict[str, Any]) -> Path | None:
-    """The search run's record a final run took as its own (checkpoint.adopt_finished), or None."""
-    source = record.get("reused_from")
-    if not source:
-        return None
-    found = Path(source) / "metrics.json"
-    if not found.is_file():
-        raise UserError(f"{path}: took the record of {source}, which is gone: re-train it instead")
-    return found
-
-
-def fused(cfg: dict[str, Any], record: dict[str, Any], run: RunSettings) -> bool:
-    """Whether the run trained as a member of a fused group (the suite fuses its kind)."""
-    if group_key(run) is None:
-        return False
-    return fused_search(cfg) if record.get("point") else fused_finals(cfg)
-
-
-def trained_with(cfg: dict[str, Any], path: Path) -> list[Path]:
-    """The records of the runs that trained together with the run `path` records, itself
-    among them: its fused group as Snakemake trains it (the search group of its grid point;
-    every final seed of its experiment but those that took their search run's record), or
-    itself alone. A batched model's numbers are those of its members together."""
-    record = read_json(path)
-    if not fused(cfg, record, C.coerce_run(record["config"], registry.study_name(cfg))):
-        return [path]
-    exp = record["experiment"]
-    if record.get("point"):
-        return searches(
-            cfg, exp, next(ps for ps in search_groups(cfg, exp).values() if record["point"] in ps)
-        )
-    return [p for p in finals(cfg, exp) if p.is_file() and not read_json(p).get("reused_from")]
-
-
-def differences(cfg: dict[str, Any], record: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    """'key: recorded X, re-trained Y' for every regression key that differs (exactly)."""
-    out = []
-    for key in registry.study_of(cfg).regression_keys:
-        if record.get(key) != got.get(key):
-            out.append(f"{key}: recorded {record.get(key)!r}, re-trained {got.get(key)!r}")
-    if record.get("test") != got.get("test"):  # a study's per-length accuracies, where it has them
-        out.append("test: the per-length accuracies differ")
-    return out
-
-
-def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path, list[str]]:
-    """Train the runs `paths` record again, together as they trained, in `scratch`: each
-    record's differences from its run trained again."""
-    import torch
-
-    from psrnn.engine.checkpoint import kernel_mismatches
-    from psrnn.engine.fit import fit
-    from psrnn.engine.group import Job, fit_group
-
-    records = [read_json(p) for p in paths]
-    for path, record in zip(paths, records, strict=True):
-        if not str(record.get("device", "cpu")).startswith("cpu"):
-            raise UserError(
-                f"{path}: trained on {record['device']}; restamp re-trains on the CPU and cannot compare"
-            )
-        mismatches = kernel_mismatches(record.get("kernel_env") or {})
-        if mismatches:
-            k, (then, now) = next(iter(mismatches.items()))
-            raise UserError(
-                f"{path}: trained under {k}={then!r}, this process runs under {now!r}: run restamp under "
-                "the suite's job_env (python -m psrnn restamp applies it)"
-            )
-    torch.set_num_threads(int(records[0].get("torch_threads") or 1))
-    jobs = [
-        Job(
-            C.coerce_run(r["config"], registry.study_name(cfg)),
-            scratch / str(i),
-            {"experiment": r["experiment"], "config_name": r["config_name"], "point": r.get("point")},
-        )
-        for i, r in enumerate(records)
-    ]
-    quiet = lambda _: None  # noqa: E731
-    if len(jobs) == 1 and not fused(cfg, records[0], jobs[0].run):
-        got: list[dict[str, Any] | None] = [fit(jobs[0].run, jobs[0].out_dir, jobs[0].meta, log=quiet)]
-    else:
-        got = fit_group(jobs, log=quiet, save_every_s=3600.0)
-    return {p: differences(cfg, r, g or {}) for p, r, g in zip(paths, records, got, strict=True)}
 
 
 def stale_selections(
@@ -308,43 +232,11 @@ def proven_markers(cfg: dict[str, Any], proven: list[Path]) -> list[Path]:
     return out
 
 
-def prove(
-    cfg: dict[str, Any], targets: list[Path], records: dict[Path, dict[str, Any]], config: str
-) -> tuple[list[Path], list[Path]]:
-    """Re-train `targets` (each with its group; a reused final run through its search run)
-    and compare: (the runs re-trained, the runs of `records` proven: re-trained, or reused
-    from a re-trained one with its numbers). `records`: the runs in question and what each
-    metrics.json holds. Any difference is a UserError naming the run and the key."""
-    retrained: list[Path] = []
-    done: set[Path] = set()
-    with tempfile.TemporaryDirectory(prefix="psrnn-restamp-") as tmp:
-        for i, path in enumerate(targets):
-            source = reused_source(cfg, path, records[path]) or path
-            if source in done:  # trained again with an earlier one's group
-                continue
-            together = trained_with(cfg, source)
-            for member, diff in retrain(cfg, together, Path(tmp) / str(i)).items():
-                if diff:
-                    raise UserError(
-                        f"{member}: re-trained by today's code, {diff[0]}: the code change moves numbers; "
-                        f"re-train instead (python -m psrnn stale --config {config} --code --forget)"
-                    )
-            retrained += together
-            done.update(together)
-            print(
-                f"same numbers: {source}"
-                + (f" and the {len(together) - 1} run(s) of its group" if len(together) > 1 else "")
-            )
-    proven = set(done)
-    for path, record in records.items():  # a final run that took a proven search run's record
-        from_search = reused_source(cfg, path, record)
-        if from_search is not None and from_search in done:
-            if diff := differences(cfg, record, read_json(from_search)):
-                raise UserError(
-                    f"{path}: took the record of {from_search.parent} but differs from it, {diff[0]}"
-                )
-            proven.add(path)
-    return retrained, [p for p in records if p in proven]
+def options(args: argparse.Namespace) -> str:
+    """The options of the command line a proof records, beside --config and --verify."""
+    return (f" --per-experiment {args.per_experiment}" if args.per_experiment else "") + (
+        f" --jobs {args.jobs}" if args.jobs != 1 else ""
+    )
 
 
 def verify(
@@ -366,15 +258,16 @@ def verify(
         "retrained": [],
         "left_unproven": len(todo),
         "machine": f"{cpu_name()}, torch threads as each run recorded",
-        "command": f"python -m psrnn restamp --config {args.config} --verify"
-        + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
+        "command": f"python -m psrnn restamp --config {args.config} --verify{options(args)}",
     }
     records = {p: read_json(p) for p in todo}
     for exp in C.enabled_experiments(cfg):
         mine = {p: r for p, r in records.items() if r.get("experiment") == exp}
         if not mine:
             continue
-        retrained, proven = prove(cfg, sample(cfg, list(mine), args.per_experiment), mine, args.config)
+        retrained, proven = prove(
+            cfg, sample(cfg, list(mine), args.per_experiment), mine, args.config, args.jobs
+        )
         record["verified"] += [str(p) for p in proven]
         record["retrained"] += [str(p) for p in retrained]
         record["left_unproven"] -= len(proven)
@@ -393,6 +286,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.per_experiment is not None and args.per_experiment < 1:
         raise UserError(f"--per-experiment {args.per_experiment}: must be at least 1 (the proof)")
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: must be at least 1")
     cfg = C.load_suite(args.config)
     held = lock(cfg)  # noqa: F841 (held until the process ends)
     proof_path = C.results_root(cfg) / "restamp.json"  # every restamp's proof, oldest first
@@ -409,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"restamp {cfg['name']}: every finished run records today's training code ({new[:12]})")
         return 0
     records = {p: read_json(p) for p in stale}
-    retrained, proven = prove(cfg, sample(cfg, stale, args.per_experiment), records, args.config)
+    retrained, proven = prove(cfg, sample(cfg, stale, args.per_experiment), records, args.config, args.jobs)
     left = [p for p in stale if p not in set(proven)]
     # a selection's search is proven once no search run of its experiment stays stale
     unproven_search = {records[p]["experiment"] for p in left if records[p].get("point")}
@@ -427,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
             "left_stale": len(left),
             "restamped_selections": [str(p) for p in selections.values()],
             "machine": f"{cpu_name()}, torch threads as each run recorded",
-            "command": command + (f" --per-experiment {args.per_experiment}" if args.per_experiment else ""),
+            "command": command + options(args),
             "complete": False,  # until every stamp and Snakemake record is done
         }
         proofs = [*earlier, record]
