@@ -434,3 +434,64 @@ def test_a_deleted_proof_is_named_and_restamp_verify_proves_the_runs_again(ci):
     [record] = read_json(proof)["restamps"]
     assert sorted(record["verified"]) == sorted(named)
     assert not any("does not name" in ln for ln in stale_code("ci.yaml"))
+
+
+# a GPU host as torch sees it, on this CPU: CUDA "available", an H100 (nothing is run on it)
+FAKE_H100 = """
+import torch
+torch.cuda.is_available = lambda: True
+torch.cuda.get_device_name = lambda *a: "NVIDIA H100 80GB HBM3"
+"""
+
+
+def test_a_run_is_trained_again_on_the_kind_of_device_it_trained_on(ci, tmp_path, monkeypatch):
+    """On a GPU host a CPU run whose `device:` is `auto` was re-trained on the GPU (other
+    numbers: a false "the code change moves numbers"); a GPU run is trained again only on
+    the GPU model and torch it recorded, and elsewhere refused in one line naming both."""
+    import os
+
+    import torch
+
+    from psrnn.engine import fit, retrain
+
+    cfg = ci["ci"]
+    runs = sorted(C.results_root(cfg).glob("*/*/*/metrics.json"))
+    cpu_run = next(p for p in runs if "/search/lstm_l2/" in str(p))
+    record = read_json(cpu_run)  # as the first study's configs leave it: `auto`, a GPU where there is one
+    write_json(cpu_run, {**record, "config": {**record["config"], "device": "auto"}})
+    with monkeypatch.context() as mp:  # a GPU host, as torch sees it
+        mp.setattr(torch.cuda, "is_available", lambda: True)
+        mp.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+        for k, v in cfg["job_env"].items():
+            mp.setenv(k, v)
+        asked = []
+        mp.setattr(fit, "fit", lambda run, out_dir, meta, log: asked.append(run.device) or record)
+        assert retrain.retrain(cfg, [cpu_run], tmp_path / "scratch") == {cpu_run: []}
+    assert asked == ["cpu"]
+
+    on_gpu = {"device": "cuda", "device_name": "NVIDIA H200", "torch_version": "2.11.0+cu130"}
+    for path in runs:  # a folder of GPU runs (the refusal comes before anything trains)
+        write_json(path, {**read_json(path), **on_gpu})
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FAKE_H100)
+    hooked = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    before = snapshot(C.results_root(cfg))
+    for env, here in ((hooked, "NVIDIA H100 80GB HBM3"), (os.environ, "no GPU")):
+        done = subprocess.run(
+            [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert (
+            line.startswith("psrnn restamp: error: results/restamp-ci/")
+            and (
+                f": trained on NVIDIA H200 under torch 2.11.0+cu130, this machine has {here} under "
+                f"torch {torch.__version__}: a GPU run is trained again on its GPU model and torch only"
+            )
+            in line
+        )
+        assert snapshot(C.results_root(cfg)) == before

@@ -71,6 +71,25 @@ def differences(cfg: dict[str, Any], record: dict[str, Any], got: dict[str, Any]
     return out
 
 
+def device_for(path: Path, record: dict[str, Any]) -> str:
+    """The device a run is trained again on: the kind it trained on, whatever its `device:`
+    says (`auto` on a GPU host would move a CPU run to the GPU, and its numbers with it). A
+    GPU run only on the GPU model and torch it recorded (another gives other numbers)."""
+    import torch
+
+    if str(record.get("device") or "cpu").startswith("cpu"):
+        return "cpu"
+    then = f"{record.get('device_name') or record.get('device')} under torch {record.get('torch_version')}"
+    here = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    if f"{here} under torch {torch.__version__}" != then:
+        raise UserError(
+            f"{path}: trained on {then}, this machine has {here or 'no GPU'} under torch "
+            f"{torch.__version__}: a GPU run is trained again on its GPU model and torch only "
+            "(or re-run it there)"
+        )
+    return "cuda"
+
+
 def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path, list[str]]:
     """Train the runs `paths` record again, together as they trained, in `scratch`: each
     record's differences from its run trained again."""
@@ -81,11 +100,8 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     from psrnn.engine.group import Job, fit_group
 
     records = [read_json(p) for p in paths]
+    [device, *_] = [device_for(path, record) for path, record in zip(paths, records, strict=True)]
     for path, record in zip(paths, records, strict=True):
-        if not str(record.get("device", "cpu")).startswith("cpu"):
-            raise UserError(
-                f"{path}: trained on {record['device']}; restamp re-trains on the CPU and cannot compare"
-            )
         mismatches = kernel_mismatches(record.get("kernel_env") or {})
         if mismatches:
             k, (then, now) = next(iter(mismatches.items()))
@@ -96,7 +112,7 @@ def retrain(cfg: dict[str, Any], paths: list[Path], scratch: Path) -> dict[Path,
     torch.set_num_threads(int(records[0].get("torch_threads") or 1))
     jobs = [
         Job(
-            C.coerce_run(r["config"], registry.study_name(cfg)),
+            C.coerce_run({**r["config"], "device": device}, registry.study_name(cfg)),
             scratch / str(i),
             {"experiment": r["experiment"], "config_name": r["config_name"], "point": r.get("point")},
         )
