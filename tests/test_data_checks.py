@@ -7,18 +7,23 @@ and stops with one line naming the file and what is wrong; nothing is left half-
 
 from __future__ import annotations
 
+import gzip
+import http.server
 import io
+import os
 import pickle
 import tarfile
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from psrnn.cli import main
+from psrnn.studies.private_shared.data import limits as L
 from psrnn.studies.private_shared.data import readers as R
 from psrnn.studies.private_shared.data.archives import gzip_bytes, idx_bytes, tar_gz_bytes
-from psrnn.studies.private_shared.data.fixtures import fixture_files
+from psrnn.studies.private_shared.data.fixtures import fixture_files, write_fixtures
 
 NOT_OFFICIAL = "the archive is damaged or not the official one"
 CIFAR = "cifar-10-python.tar.gz"
@@ -216,3 +221,157 @@ def test_28_by_28_idx_images_prepare(tmp_path, capsys):
     out = tmp_path / "prepared"
     assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(out), *SMALL]) == 0
     assert (out / "manifest.json").is_file()
+
+
+# --- download: bounded, regular files only (C64) -----------------------------------------
+
+MNIST_IMAGES = "train-images-idx3-ubyte.gz"
+
+
+@pytest.fixture
+def mirror(tmp_path) -> Path:
+    write_fixtures(tmp_path / "fx", ("mnist",))
+    return tmp_path / "fx" / "mnist"
+
+
+def download_fails(mirror: Path, raw: Path, capsys) -> str:
+    """`download mnist` from `mirror` alone: its one-line error; no temporary file, no
+    train-images file and no download.json left in `raw`."""
+    argv = ["download", "mnist", "--raw", str(raw), "--mirror", str(mirror), "--no-official"]
+    line = one_line_error([*argv, "--md5", str(mirror / "MD5SUMS")], capsys, progress=True)
+    left = sorted(p.name for p in raw.iterdir()) if raw.exists() else []
+    assert not [n for n in left if n.startswith(".") or n in (MNIST_IMAGES, "download.json")], left
+    return line.removeprefix("psrnn download: error: ")
+
+
+@pytest.mark.parametrize("kind", ["character device", "FIFO"])
+def test_a_mirror_entry_that_is_not_a_regular_file_is_refused(kind, mirror, tmp_path, capsys):
+    """C64: a link to /dev/zero was copied without end (filling the disk); a FIFO would
+    wait for a writer. Both are refused before they are opened."""
+    entry = mirror / MNIST_IMAGES
+    entry.unlink()
+    if kind == "FIFO":
+        os.mkfifo(entry)
+        via = ""
+    else:
+        entry.symlink_to("/dev/zero")
+        via = " (/dev/zero)"
+    md5 = fixture_md5(mirror)
+    line = download_fails(mirror, tmp_path / "raw", capsys)
+    assert line == (
+        f"mnist: could not get {MNIST_IMAGES} (expected md5 {md5}): {entry.as_uri()}: "
+        f"{MNIST_IMAGES}: a {kind}{via}, not a regular file; refused"
+    )
+
+
+def fixture_md5(mirror: Path) -> str:
+    return next(ln.split()[0] for ln in (mirror / "MD5SUMS").read_text().splitlines() if MNIST_IMAGES in ln)
+
+
+def test_a_mirror_file_over_the_download_limit_stops_while_streaming(mirror, tmp_path, capsys, monkeypatch):
+    size = (mirror / MNIST_IMAGES).stat().st_size
+    monkeypatch.setitem(L.LIMITS, "mnist download", size - 1)
+    line = download_fails(mirror, tmp_path / "raw", capsys)
+    assert line.endswith(
+        f"{(mirror / MNIST_IMAGES).as_uri()}: {MNIST_IMAGES}: more than the {size - 1:,}-byte limit for "
+        "a downloaded MNIST file; refused (not the upstream file)"
+    )
+    monkeypatch.setitem(L.LIMITS, "mnist download", size)  # exactly the file: fetched
+    assert main(["download", "mnist", "--raw", str(tmp_path / "ok"), "--mirror", str(mirror), "--no-official",
+                 "--md5", str(mirror / "MD5SUMS")]) == 0  # fmt: skip
+
+
+class EndlessHandler(http.server.BaseHTTPRequestHandler):
+    """Zeros without a Content-Length (read until the connection closes), or a stated
+    Content-Length over the limit."""
+
+    sent = 0
+    length: int | None = None
+
+    def do_GET(self):
+        self.send_response(200)
+        if self.length is not None:
+            self.send_header("Content-Length", str(self.length))
+        self.end_headers()
+        block = bytes(1 << 16)
+        try:
+            while EndlessHandler.sent < 64 << 20:  # the test's limit is 1 MiB
+                self.wfile.write(block)
+                EndlessHandler.sent += len(block)
+        except OSError:
+            pass  # the client stopped reading
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("length", [None, 2 << 20])
+def test_an_http_mirror_that_never_ends_stops_at_the_limit(length, tmp_path, capsys, monkeypatch):
+    EndlessHandler.sent, EndlessHandler.length = 0, length
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndlessHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setitem(L.LIMITS, "mnist download", 1 << 20)
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    raw = tmp_path / "raw"
+    try:
+        argv = ["download", "mnist", "--raw", str(raw), "--mirror", url, "--no-official", "--no-verify"]
+        line = one_line_error(argv, capsys, progress=True)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert line.endswith(
+        f"{url}{MNIST_IMAGES}: {MNIST_IMAGES}: more than the 1 MiB (1,048,576 bytes) limit for a "
+        "downloaded MNIST file; refused (not the upstream file)"
+    )
+    assert os.listdir(raw) == []
+    assert EndlessHandler.sent < 64 << 20  # the client stopped reading
+
+
+# --- tar member counts (C72) -------------------------------------------------------------
+
+
+def many_members_tar(n: int) -> bytes:
+    """An IMDB-like tar of n empty members and then one review per class and split."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(n):
+            tar.addfile(tarfile.TarInfo(f"aclImdb/train/unsup/x{i}_0.txt"))
+        for split in ("train", "test"):
+            for label in ("neg", "pos"):
+                data = f"a {label} review".encode()
+                info = tarfile.TarInfo(f"aclImdb/{split}/{label}/1_{7 if label == 'pos' else 2}.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), mtime=0)
+
+
+def test_a_tar_with_more_members_than_its_limit_is_one_line(tmp_path, capsys, monkeypatch):
+    """C72: 1.2 million empty members took 1.3 GB (every TarInfo kept) and ended in a
+    MemoryError; the count is now bounded, here lowered to 1,000."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "aclImdb_v1.tar.gz").write_bytes(many_members_tar(1_500))
+    monkeypatch.setitem(L.MEMBERS, "imdb", 1_000)
+    line = prepare_fails("imdb", raw, tmp_path, capsys)
+    assert (
+        line
+        == f"{raw / 'aclImdb_v1.tar.gz'}: more than 1,000 members, the limit for the IMDB tar; {NOT_OFFICIAL}"
+    )
+    monkeypatch.setitem(L.MEMBERS, "imdb", 1_504)  # exactly the members: read
+    assert len(R.read_imdb(raw).train) == 2
+
+
+def test_reading_a_tar_keeps_no_member_headers(tmp_path):
+    path = tmp_path / "aclImdb_v1.tar.gz"
+    path.write_bytes(many_members_tar(3_000))
+    with L.TarArchive(path, "imdb") as tar:
+        kept = [len(tar.tar.members) for _ in tar.members()]
+    assert len(kept) == 3_004 and max(kept) == 0
+
+
+def test_member_limits_stand_well_above_the_real_counts():
+    # cifar-10-python.tar.gz: 9 members, dbpedia_csv.tar.gz: 5, aclImdb_v1.tar.gz: ~100,020
+    assert L.MEMBERS == {"cifar10": 1_000, "imdb": 250_000, "dbpedia": 1_000}
+    assert L.MEMBERS["imdb"] >= 2 * 100_020
+    with tarfile.open(fileobj=io.BytesIO(fixture_files("cifar10")[CIFAR])) as tar:
+        assert len(tar.getmembers()) < L.MEMBERS["cifar10"]
