@@ -11,8 +11,12 @@ plain path or a file:// URL) goes through the same code as https://. A file is w
 under a temporary name and only renamed into place once its md5 matches, so a failed,
 truncated or wrong download never leaves a file under its final name. A mismatch moves
 on to the next place; when none works the error names the file and, for each place,
-the expected and the actual checksum (or the network error). `download.json`, written
-last, records what was fetched from where: its presence means the folder is complete.
+the expected and the actual checksum (or the network error). Each file is bounded while it
+streams by its dataset's download limit (limits.py: "<dataset> download", a few times the
+real file), and a folder entry that is not a regular file (a device such as /dev/zero, a
+FIFO; a link to one) is refused before it is opened: either moves on to the next place,
+and the temporary file goes. `download.json`, written last, records what was fetched from
+where: its presence means the folder is complete.
 
 Why by hand: torchvision's download_url and pooch fetch one URL against one checksum;
 here one file has several places to try in order (a local folder, mirrors that may carry
@@ -26,9 +30,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import os
+import stat
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +46,7 @@ from tqdm import tqdm
 
 from psrnn import __version__, files
 from psrnn.errors import UserError
+from psrnn.studies.private_shared.data.limits import LIMITS, limit_text
 from psrnn.studies.private_shared.data.sources import Source, source
 
 MARKER = "download.json"
@@ -55,6 +63,11 @@ def _stderr(msg: str) -> None:
 
 class ChecksumError(UserError):
     """The bytes arrived but are not the expected file."""
+
+
+class RefusedError(UserError):
+    """The place holds something that is not an upstream file: not a regular file, or more
+    bytes than the dataset's download limit."""
 
 
 class TransientError(Exception):
@@ -138,17 +151,24 @@ def _transient_http(err: urllib.error.HTTPError) -> bool:
 
 
 def fetch(
-    url: str, target: Path, md5: str | None, retries: int = DEFAULT_RETRIES, log: Log = _stderr
+    url: str,
+    target: Path,
+    md5: str | None,
+    retries: int = DEFAULT_RETRIES,
+    log: Log = _stderr,
+    kind: str | None = None,
 ) -> dict[str, Any]:
-    """Copy `url` to `target` if its md5 matches (`md5=None`: no check).
+    """Copy `url` to `target` if its md5 matches (`md5=None`: no check), at most
+    LIMITS[kind] bytes (`kind` "<dataset> download"; None: no bound).
 
-    Returns {"md5", "bytes", "url"}. Raises ChecksumError on a mismatch, OSError /
-    urllib errors when the place cannot be read. `target` is replaced only on success.
+    Returns {"md5", "bytes", "url"}. Raises ChecksumError on a mismatch, RefusedError on a
+    file over the limit or a local entry that is not a regular file, OSError / urllib
+    errors when the place cannot be read. `target` is replaced only on success.
     """
     remote = not url.startswith("file:")
     for attempt in range(1, retries + 1):
         try:
-            return _fetch_once(url, target, md5)
+            return _fetch_once(url, target, md5, kind)
         except TransientError as err:
             if attempt == retries:
                 raise OSError(f"{err} (after {retries} attempts)") from None
@@ -158,14 +178,48 @@ def fetch(
     raise AssertionError("unreachable")
 
 
-def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
+def check_regular(url: str, name: str) -> None:
+    """Refuse a file:// entry that is not a regular file (after links), before it is opened:
+    /dev/zero never ends, and opening a FIFO waits for a writer. A missing one is left to
+    urlopen's own error."""
+    if not url.startswith("file:"):
+        return
+    path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        kinds = (
+            (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"),
+            (stat.S_ISFIFO, "a FIFO"),
+            (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISDIR, "a folder"),
+        )
+        what = next((text for test, text in kinds if test(mode)), "not a file")
+        real = os.path.realpath(path)
+        via = f" ({real})" if real != os.path.abspath(path) else ""
+        raise RefusedError(f"{name}: {what}{via}, not a regular file; refused")
+
+
+def _fetch_once(url: str, target: Path, md5: str | None, kind: str | None = None) -> dict[str, Any]:
+    check_regular(url, target.name)
+    most = LIMITS[kind] if kind else None
     req = urllib.request.Request(url, headers={"User-Agent": f"psrnn/{__version__}"})
     h = hashlib.md5()
     n = 0
+
+    def over() -> RefusedError:
+        assert kind is not None
+        return RefusedError(f"{target.name}: more than {limit_text(kind)}; refused (not the upstream file)")
+
     with files.atomic_path(target) as tmp:
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(tmp, "wb") as out:
                 length = resp.headers.get("Content-Length")
+                if most is not None and length and length.isdigit() and int(length) > most:
+                    raise over()
                 # bytes so far, on a terminal only (tqdm's disable=None): a job's log gets none
                 with tqdm(
                     total=int(length) if length else None,
@@ -177,6 +231,8 @@ def _fetch_once(url: str, target: Path, md5: str | None) -> dict[str, Any]:
                     mininterval=1.0,
                 ) as bar:
                     while block := resp.read(CHUNK):
+                        if most is not None and n + len(block) > most:
+                            raise over()
                         out.write(block)
                         h.update(block)
                         n += len(block)
@@ -251,8 +307,10 @@ def download(
         for place in places(src, name, opts, want):
             log(f"{dataset}: {name} <- {place.url}")
             try:
-                got = fetch(place.url, target, place.md5 if verify else None, retries, log)
-            except ChecksumError as err:
+                got = fetch(
+                    place.url, target, place.md5 if verify else None, retries, log, f"{dataset} download"
+                )
+            except (ChecksumError, RefusedError) as err:
                 failures.append(f"{place.url}: {err}")
             except (OSError, urllib.error.URLError, ValueError) as err:
                 failures.append(f"{place.url}: {getattr(err, 'reason', err)}")

@@ -1,5 +1,6 @@
-"""What an upstream archive may hold, checked while it is read: how much it decompresses
-to, which kinds of tar member it holds, and the lengths a pickled CIFAR-10 batch asks for.
+"""What an upstream archive may hold, checked while it is read: how large it may be as
+downloaded, how much it decompresses to, how many and which kinds of tar member it holds,
+and the lengths a pickled CIFAR-10 batch asks for.
 
     python -m psrnn prepare mnist --config config/paper.yaml   # the readers check these
 
@@ -7,7 +8,9 @@ An archive reaches `prepare` with the user's own md5 (a mirror's MD5SUMS) or
 `verify: false`, so it may be damaged or hostile. Each bound below is the most one kind
 of file may decompress to, a few times the size of the largest real file of that kind
 (stated beside it), and is checked while the bytes stream in: a gzip bomb stops after at
-most its limit, with one line naming the file (and member) and the limit. Links and other
+most its limit, with one line naming the file (and member) and the limit. `download`
+stops a file that streams past its "<dataset> download" limit the same way (a mirror entry
+that never ends, such as a link to /dev/zero, would fill the disk). Links and other
 non-regular members are refused (a `train.csv` that links to `test.csv` would prepare the
 test rows as training data). Every error is a UserError raised before `prepare` writes
 anything; the scratch files of the IDX reader are in a temporary folder that is removed.
@@ -28,8 +31,19 @@ MiB = 1 << 20
 GiB = 1 << 30
 CHUNK = MiB
 
-# kind -> the most bytes one file of that kind may decompress to. The real sizes (bytes):
+# kind -> the most bytes one file of that kind may decompress to ("<dataset> download": may
+# have as downloaded, before any decompression). The real sizes (bytes):
 LIMITS: dict[str, int] = {
+    # the upstream files as fetched. MNIST: train-images-idx3-ubyte.gz 9,912,422 (the
+    # largest of the four); Fashion-MNIST: train-images-idx3-ubyte.gz 26,421,880. A .gz
+    # is never much larger than what it decompresses to, and that is at most the IDX limit
+    "mnist download": 128 * MiB,
+    "fmnist download": 128 * MiB,
+    # cifar-10-python.tar.gz 170,498,071; aclImdb_v1.tar.gz 84,125,825;
+    # dbpedia_csv.tar.gz 68,341,698 (fast.ai's dbpedia_csv.tgz 68,341,743): 3 to 7 times
+    "cifar10 download": 512 * MiB,
+    "imdb download": 512 * MiB,
+    "dbpedia download": 512 * MiB,
     # train-images-idx3-ubyte (MNIST and Fashion-MNIST alike), the largest IDX file:
     # 47,040,016 = 16 + 60,000 x 28 x 28 (t10k-images: 7,840,016; the labels: 60,008)
     "idx": 128 * MiB,
@@ -63,7 +77,22 @@ LIMITS: dict[str, int] = {
 # real field is not measured here: ../shared holds no DBpedia archive.)
 CSV_FIELD_CHARS = 1 * MiB
 
+# dataset -> the most members (tar headers: files and folders) its tar may hold. Each header
+# is 512 bytes of tar, so a tar of empty members stays under the archive's byte limit with
+# ~2 million of them; reading them costs time and, for the names kept to find duplicates,
+# memory. The real counts (from the upstream listings; only ../shared/data/imdb's is
+# counted here): cifar-10-python.tar.gz 9 (the folder, six batches, batches.meta,
+# readme.html); dbpedia_csv.tar.gz 5 (the folder, train.csv, test.csv, classes.txt,
+# readme.txt); aclImdb_v1.tar.gz ~100,020 (100,000 reviews with train/unsup, the folders and
+# the .feat, urls and vocabulary files); ../shared/data/imdb's labelled half: 50,007, counted
+MEMBERS: dict[str, int] = {"cifar10": 1_000, "imdb": 250_000, "dbpedia": 1_000}
+
 WHAT = {
+    "mnist download": "a downloaded MNIST file",
+    "fmnist download": "a downloaded Fashion-MNIST file",
+    "cifar10 download": "a downloaded CIFAR-10 file",
+    "imdb download": "a downloaded IMDB file",
+    "dbpedia download": "a downloaded DBpedia file",
     "idx": "an MNIST / Fashion-MNIST IDX file",
     "cifar10 member": "a CIFAR-10 archive member",
     "cifar10 archive": "the CIFAR-10 tar",
@@ -172,9 +201,23 @@ class TarArchive:
 
     def members(self) -> Iterator[tarfile.TarInfo]:
         """The regular files, in archive order; folders are skipped. A link, device, FIFO,
-        sparse file, a file twice, or a file over the dataset's member limit is refused."""
+        sparse file, a file twice, a file over the dataset's member limit, or more members
+        than MEMBERS[dataset] is refused.
+
+        tarfile keeps every header it read (TarFile.members, for look-ups by name, which
+        nothing here makes): they are dropped as the tar is read, so memory does not grow
+        with the number of members (~1 KB each)."""
         seen: set[str] = set()
-        for m in self.tar:
+        most = MEMBERS[self.dataset]
+        count = 0
+        while (m := self.tar.next()) is not None:
+            self.tar.members.clear()  # type: ignore[attr-defined]  # (not in typeshed)
+            count += 1
+            if count > most:
+                raise UserError(
+                    f"{self.path}: more than {most:,} members, the limit for "
+                    f"{WHAT[f'{self.dataset} archive']}; {NOT_OFFICIAL}"
+                )
             self.stream.member = m.name
             if m.isdir():
                 continue

@@ -101,8 +101,14 @@ IDX_FILES = {
 }
 
 
+IDX_SIZE = (28, 28)  # MNIST and Fashion-MNIST alike: 784 steps, as the manifest records
+
+
 def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
-    """The four IDX files -> images uint8 (N, 28, 28, 1), labels int64 (N,)."""
+    """The four IDX files -> images uint8 (N, 28, 28, 1), labels int64 (N,).
+
+    Images of another size are refused: both official sets are 28 x 28, and a split read at
+    another size would prepare into other step counts than the manifest's one."""
     raw_dir = Path(raw_dir)
     paths = {name: need(raw_dir / name) for pair in IDX_FILES.values() for name in pair}
     splits = {}
@@ -111,6 +117,11 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
     with tempfile.TemporaryDirectory(prefix="psrnn-idx-") as tmp:
         for split, (images, labels) in IDX_FILES.items():
             x = _read_idx_file(paths[images], tmp, read_image_file)  # (N, H, W)
+            if tuple(x.shape[1:]) != IDX_SIZE:
+                raise UserError(
+                    f"{paths[images]}: images of {' x '.join(map(str, x.shape[1:]))} pixels; "
+                    f"MNIST and Fashion-MNIST images are 28 x 28; {NOT_OFFICIAL}"
+                )
             y = _read_idx_file(paths[labels], tmp, read_label_file)  # (N,)
             if len(x) != len(y):
                 raise UserError(
@@ -195,6 +206,9 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
     The batches are read straight from the tarball (no 180 MB of extracted files).
     torchvision's CIFAR10 class is not used: it re-checks each extracted batch against the
     upstream md5s, which rules out the fixture archives and re-packed mirrors.
+    Each batch must hold pixels (B, 3072) that are integers 0..255 (uint8 upstream) and B
+    integer labels within batches.meta's label_names, a list of names: anything else is one
+    line naming the member, never a cast (which would wrap 256 to 0 or cut 6.9 to 6).
     """
     path = need(Path(raw_dir) / archive)
     wanted = {f"{CIFAR_DIR}/{n}" for n in [*CIFAR_TRAIN, "test_batch", "batches.meta"]}
@@ -203,29 +217,37 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
         with TarArchive(path, "cifar10") as tar:
             for m in tar.members():
                 if m.name in wanted:
-                    members[m.name.split("/")[-1]] = _str_keys(_unpickle(path, m.name, tar.read(m)))
+                    members[m.name.split("/")[-1]] = _str_keys(
+                        path, m.name, _unpickle(path, m.name, tar.read(m))
+                    )
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
     missing = sorted(n.split("/")[-1] for n in wanted if n.split("/")[-1] not in members)
     if missing:
         raise UserError(f"{path}: missing {', '.join(f'{CIFAR_DIR}/{n}' for n in missing)}")
-    classes = [c.decode() if isinstance(c, bytes) else str(c) for c in members["batches.meta"]["label_names"]]
+    classes = _cifar_classes(path, members["batches.meta"])
 
     def batches(names: list[str]) -> RawSplit:
         xs, ys = [], []
         for n in names:
             try:
-                data = np.asarray(members[n]["data"], dtype=np.uint8)  # (B, 3072): R, G, B planes
-                labels = np.asarray(members[n]["labels"], dtype=np.int64)
-                if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != len(data):
+                batch = members[n]
+                data = np.asarray(batch["data"])  # (B, 3072): R, G, B planes
+                labels = np.asarray(batch["labels"])
+                if (
+                    data.ndim != 2
+                    or data.shape[1] != 3 * 32 * 32
+                    or labels.ndim != 1
+                    or len(labels) != len(data)
+                ):
                     raise ValueError(f"data {data.shape}, labels {labels.shape}")
+                data = _integers(data, 255, "pixel").astype(np.uint8, copy=False)
+                labels = _integers(labels, len(classes) - 1, "label").astype(np.int64, copy=False)
             except (KeyError, ValueError, TypeError) as err:
                 raise UserError(f"{path}: {CIFAR_DIR}/{n}: not a CIFAR-10 batch ({err})") from None
             xs.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))  # (B, 32, 32, 3)
             ys.append(labels)
         y = torch.from_numpy(np.concatenate(ys))
-        if len(y) and (int(y.min()) < 0 or int(y.max()) >= len(classes)):
-            raise UserError(f"{path}: labels outside 0..{len(classes) - 1}")
         where = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
         return RawSplit(
             torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))),
@@ -234,6 +256,49 @@ def read_cifar10(raw_dir: str | Path, archive: str = "cifar-10-python.tar.gz") -
         )
 
     return RawData(batches(CIFAR_TRAIN), batches(["test_batch"]), classes)
+
+
+def _cifar_classes(path: Path, meta: dict) -> list[str]:
+    """batches.meta's label_names (a list of bytes in the official pickle) as strings."""
+    names = meta.get("label_names")
+    if not isinstance(names, list) or not names or not all(isinstance(c, (bytes, str)) for c in names):
+        got = f"{type(names).__name__} {names!r:.40}" if "label_names" in meta else "missing"
+        raise UserError(
+            f"{path}: {CIFAR_DIR}/batches.meta: label_names is {got}, not a list of class names; "
+            f"{NOT_OFFICIAL}"
+        )
+    try:
+        return [c.decode() if isinstance(c, bytes) else c for c in names]
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: {CIFAR_DIR}/batches.meta: label_names: {err}; {NOT_OFFICIAL}") from None
+
+
+def _integers(values: np.ndarray, most: int, what: str) -> np.ndarray:
+    """`values` when every one is an integer in 0..most (uint8 pixels pass as they are);
+    otherwise a ValueError naming the first that is not. Nothing is cast before it is
+    checked: a cast would wrap 256 to 0, cut 6.9 to 6 and clip -100."""
+    if values.dtype == np.uint8 and most >= 255:
+        return values
+    if values.dtype.kind in "iu":
+        bad = np.flatnonzero((values < 0) | (values > most))
+        if not len(bad):
+            return values
+        first = bad[0]
+    elif values.dtype.kind == "O":  # Python ints too large for int64, or mixed types
+
+        def ok(v: Any) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(0 <= v <= most)
+
+        first = next((i for i, v in enumerate(values.ravel()) if not ok(v)), None)
+        if first is None:
+            return values.astype(np.int64)
+    else:
+        raise ValueError(f"{what}s of type {values.dtype}, not integers 0..{most}")
+    index = tuple(int(i) for i in np.unravel_index(first, values.shape))
+    at = index[0] if len(index) == 1 else index
+    value = values.ravel()[first]
+    value = value.item() if isinstance(value, np.generic) else value
+    raise ValueError(f"{what} {value!r:.40} at index {at} is not an integer in 0..{most}")
 
 
 def _unpickle(path: Path, member: str, data: bytes) -> Any:
@@ -251,7 +316,11 @@ def _unpickle(path: Path, member: str, data: bytes) -> Any:
         raise UserError(f"{path}: {member}: unpickling it ran out of memory; {NOT_OFFICIAL}") from None
 
 
-def _str_keys(d: dict) -> dict:
+def _str_keys(path: Path, member: str, d: Any) -> dict:
+    if not isinstance(d, dict):
+        raise UserError(
+            f"{path}: {member}: not a CIFAR-10 batch (a {type(d).__name__}, not a dict); {NOT_OFFICIAL}"
+        )
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
 
 
