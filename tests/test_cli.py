@@ -194,6 +194,12 @@ def test_torch_save_is_byte_stable(tmp_path):
 
 SMALL = Path(__file__).resolve().parents[1] / "config" / "small.yaml"
 TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", "run"]
+# a billion laughs: each level a list of nine aliases of the one below
+LAUGHS = (
+    "[&a0 [0, 0, 0, 0, 0, 0, 0, 0, 0], "
+    + ", ".join(f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10))
+    + "]"
+)
 
 
 @pytest.mark.parametrize(
@@ -219,6 +225,9 @@ TRAIN = ["train", "--config", str(SMALL), "--experiment", "mnist_gru", "--out", 
         # PyYAML's recursion: a RecursionError traceback before
         (["config", "deep.yaml"], "deep.yaml: nested too deeply (brackets or indentation hundreds"),
         (TRAIN + ["--set", "x=" + "[" * 20_000], "--set x=...: nested too deeply"),
+        # aliases nine levels deep, 9^9 values from 600 bytes: the schema check ran for hours
+        (["config", "laughs.yaml"], "laughs.yaml:1:1: more than 100,000 values once its aliases (*name)"),
+        (TRAIN + ["--set", "seeds=" + LAUGHS], "--set 'seeds=[&a0 [0, 0, 0, 0, 0, 0, 0, 0, 0], &a1 [*a0"),
         # refused before parsing (its first line is a syntax error): a 50 MB one took minutes
         (["config", "huge.yaml"], "huge.yaml: 1.1 MB is too large for a config file (at most 1 MB)"),
         (["config", "fixtures.yaml"], "fixtures.yaml: fixtures: '../../x' is not inside the working folder"),
@@ -243,6 +252,7 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, monkeypatc
         "deep.yaml": "x: " + "[" * 20_000 + "]" * 20_000 + "\n",
         "huge.yaml": "x: [\n" + "a" * 1_100_000 + "\n",
         "fixtures.yaml": f"extends: {SMALL}\nfixtures: ../../x\n",
+        "laughs.yaml": f"extends: {SMALL}\nseeds: {LAUGHS}\n",
     }
     for name, text in inputs.items():
         (tmp_path / name).write_text(text)

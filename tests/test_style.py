@@ -257,3 +257,77 @@ def test_nothing_below_the_snakefile_helper_imports_it():
     assert not found, "imports of the Snakefile helper from below it (use psrnn.jobspec):\n" + "\n".join(
         found
     )
+
+
+# Code digests follow `import` statements (psrnn.engine.codehash). A module loaded by a string
+# is followed only where that string is a field of a study's registry entry, which the digest
+# takes as a root (codehash.jobs): the engine's three loaders below. Anywhere else in the code
+# the digests cover (engine/ and the studies), a string import would let a real change to
+# the module it loads re-train nothing, so it is refused here.
+LOADERS = {"import_module", "__import__", "load", "run_module", "run_path", "spec_from_file_location"}
+ALLOWED_STRING_IMPORTS = {  # module -> the registry fields it loads (each a digest root)
+    "psrnn.engine.group": {"study.fused"},  # batched_class
+    "psrnn.engine.groups": {"ref"},  # group_key: registry.of_settings(run).group_key
+    "psrnn.engine.hooks": {"ref"},  # _hooks: the study's hooks
+}
+
+
+def string_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, argument) of each call that loads code named by a value: importlib.import_module,
+    __import__, registry.load, runpy, importlib.util.spec_from_file_location; and exec/eval."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        loads = name in LOADERS - {"load"} or (
+            name == "load" and isinstance(f, ast.Attribute) and ast.unparse(f.value) == "registry"
+        )
+        if loads or (isinstance(f, ast.Name) and name in {"exec", "eval"}):
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Call) and ast.unparse(arg.func) == "str" and arg.args:
+                arg = arg.args[0]
+            out.append((node.lineno, ast.unparse(arg) if arg is not None else ""))
+    return out
+
+
+def string_import_breaches(src: Path) -> list[str]:
+    return [
+        f"{name}:{line}: loads {arg} by name"
+        for name, path in sorted(modules(src).items())
+        if name.startswith(("psrnn.engine", STUDIES))
+        for line, arg in string_imports(ast.parse(path.read_bytes()))
+        if arg not in ALLOWED_STRING_IMPORTS.get(name, set())
+    ]
+
+
+def test_the_string_import_rule_sees_a_study_module_loaded_by_name(tmp_path):
+    """The battery's case: relreg/proto.py loading a module of its folder with
+    importlib.import_module moved no digest when that module changed."""
+    write_package(
+        tmp_path,
+        {
+            "psrnn/__init__.py": "",
+            "psrnn/engine/__init__.py": "",
+            "psrnn/engine/group.py": "import importlib\nm = importlib.import_module(str(study.fused))\n",
+            "psrnn/studies/__init__.py": "",
+            "psrnn/studies/relreg/__init__.py": "",
+            "psrnn/studies/relreg/proto.py": (
+                "import importlib\nfrom psrnn import registry\n"
+                "extra = importlib.import_module('psrnn.studies.relreg.extra')\n"
+                "g = registry.load('psrnn.studies.relreg.extra:f')\nh = __import__(name)\nexec(code)\n"
+                "model.eval()\n"
+            ),
+        },
+    )
+    assert string_import_breaches(tmp_path) == [
+        "psrnn.studies.relreg.proto:3: loads 'psrnn.studies.relreg.extra' by name",
+        "psrnn.studies.relreg.proto:4: loads 'psrnn.studies.relreg.extra:f' by name",
+        "psrnn.studies.relreg.proto:5: loads name by name",
+        "psrnn.studies.relreg.proto:6: loads code by name",
+    ]
+
+
+def test_no_code_a_digest_covers_loads_a_module_by_a_string_it_does_not_follow():
+    assert not string_import_breaches(SRC), "\n".join(string_import_breaches(SRC))

@@ -61,6 +61,35 @@ class ConfigLoader(yaml.SafeLoader):
                 )
         return super().construct_mapping(node, deep=deep)
 
+    def compose_document(self) -> yaml.Node | None:
+        """The document's node graph, refused when its aliases expand it past MAX_VALUES
+        (a few hundred bytes of `&a [*b, *b, ...]` levels stand for billions of values: the
+        schema check and every later walk would take hours and gigabytes)."""
+        node = super().compose_document()
+        if node is not None and expanded_size(node, {}) > MAX_VALUES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"more than {MAX_VALUES:,} values once its aliases (*name) are expanded: not a config "
+                "someone wrote",
+                node.start_mark,
+            )
+        return node
+
+
+def expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes `node` stands for with every alias expanded, counted once per node of the
+    graph (`sizes` by id): linear in the document, however much its aliases multiply it."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a recursive alias (&a [*a]) counts once; SafeLoader refuses it later
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
 
 ConfigLoader.yaml_implicit_resolvers = {
     first: [
@@ -85,6 +114,9 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 MAX_BYTES = 1_000_000
 # PyYAML composes nested collections recursively: 20,000 `[` end in a RecursionError
 # (about 490 levels load; config/schema.yaml, the deepest committed file, nests 11)
+# Values once aliases are expanded: config/relreg-full.yaml, the largest committed config,
+# holds a few hundred; 100,000 would take a person years to write by hand
+MAX_VALUES = 100_000
 TOO_DEEP = "nested too deeply (brackets or indentation hundreds of levels deep)"
 
 
