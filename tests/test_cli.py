@@ -211,6 +211,12 @@ LAUGHS = (
             TRAIN + ["--set", "device=gpu"],
             "device: 'gpu' is not a device: expected auto, cpu, cuda, cuda:N or mps",
         ),
+        (  # a run at the defaults in a final run's folder passed for the suite's (battery B62)
+            ["train", "--config", str(SMALL), "--experiment", "mnist_ps30_predrec_a4", "--seed", "1"],
+            "mnist_ps30_predrec_a4 has a grid: its runs in results/small/runs/mnist_ps30_predrec_a4 train at "
+            "the point select chose (--selected results/small/search/mnist_ps30_predrec_a4/selected.json); "
+            "give that, --point ID for a search run, or --out DIR for a run at the defaults",
+        ),
         (TRAIN + ["--seed", "-1"], "seed: -1 is not a seed: expected an integer from 0 to 4294967295"),
         (TRAIN + ["--seed", str(2**64)], f"seed: {2**64} is not a seed"),
         (TRAIN + ["--set", "tasks=[rec"], "--set 'tasks=[rec': expected ',' or ']'"),

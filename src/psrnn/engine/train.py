@@ -1,12 +1,16 @@
 """Train one run of any study: `python -m psrnn train` (its command line; the run itself
 is psrnn.engine.fit.fit with the study's hooks, psrnn.registry).
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0 --point hidden-64_lr-0.1
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0 \
-        --selected results/small/search/mnist_ps/selected.json --set max_epochs=5
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps30_predrec_a4 --point lr-0.01
+    python -m psrnn train --config config/small.yaml --experiment mnist_ps30_predrec_a4 --seed 1 \
+        --selected results/small/search/mnist_ps30_predrec_a4/selected.json
     python -m psrnn train --config run.yaml --out results/scratch/run1   # a flat RunConfig YAML
-    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0 \
+        --selected results/relreg/search/proto_both/selected.json
+
+An experiment with a grid trains its final runs (their default folder) only at the point
+select chose (--selected); at its defaults, or with --set, it needs --out.
 
 Writes into the run directory (default `results/<name>/runs/<exp>/seed<k>/`, or
 `results/<name>/search/<exp>/<point>/` with --point):
@@ -118,6 +122,14 @@ def resolve_args(args: argparse.Namespace) -> tuple[RunSettings, Path, dict[str,
     )
     if args.out:
         out = refuse_foreign(Path(args.out))
+    elif not args.point and not args.selected and C.has_grid(suite, args.experiment):
+        # its final runs' folders hold runs at the selected point: one at the defaults there
+        # would pass for the suite's (and --restart-on-change would overwrite a finished one)
+        raise UserError(
+            f"{args.experiment} has a grid: its runs in {C.run_dir(suite, args.experiment, seed).parent} "
+            f"train at the point select chose (--selected {C.selection_path(suite, args.experiment)}); "
+            "give that, --point ID for a search run, or --out DIR for a run at the defaults"
+        )
     elif args.point:
         out = C.search_dir(suite, args.experiment, args.point)
     else:
