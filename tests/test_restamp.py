@@ -495,3 +495,87 @@ def test_a_run_is_trained_again_on_the_kind_of_device_it_trained_on(ci, tmp_path
             in line
         )
         assert snapshot(C.results_root(cfg)) == before
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"restamps": [1, "x"]}', "restamps[0] is int 1, not a proof record"),
+        (
+            '{"restamps": [{"to": 5, "complete": false, "restamped": 3}]}',
+            "restamps[0].restamped is 3, not a list of paths",
+        ),
+        ('{"restamps": [{"to": 5}]}', "restamps[0].to is 5, not str"),
+        ('{"restamps": [{"restamped_runs": true}]}', "restamps[0].restamped_runs is True, not a count"),
+        (None, "not a file (restamp writes its proof there): move it away and run again"),
+    ],
+)
+def test_a_damaged_proof_record_is_one_line_before_anything_trains(suite, text, message):
+    """Battery cases: proof records of the wrong shape ended in an AttributeError or a
+    TypeError stack, and a folder in the proof file's place was found only after every run
+    had trained again."""
+    path, cfg, results = suite
+    proof = results / "restamp.json"
+    if text is None:
+        proof.mkdir()
+    else:
+        proof.write_text(text)
+    before = snapshot(results)
+    done = restamp(path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"psrnn restamp: error: results/relreg/restamp.json: {message}")
+    if text is not None:
+        assert line.endswith(
+            "restore it from git (git checkout -- results/relreg/restamp.json) and run again"
+        )
+    assert "same numbers" not in done.stdout  # refused before anything trained
+    assert snapshot(results) == before
+
+
+def test_the_committed_proofs_read():
+    from psrnn.engine.proofs import earlier_proofs
+
+    for name in ("relreg", "relreg-full", "mnist-real"):
+        assert len(earlier_proofs(C.ROOT / "results" / name / "restamp.json")) >= 4
+
+
+def test_a_killed_restamp_leaves_no_worker_training(suite):
+    """`kill -9` of restamp --jobs 2 left its workers re-training for minutes, re-parented to
+    init: each now ends with it (the parent-death signal)."""
+    import signal
+    import time
+
+    path, cfg, results = suite
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "psrnn", "restamp", "--config", str(path), "--jobs", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def children(pid: int) -> set[int]:
+        try:
+            text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        except FileNotFoundError:
+            return set()
+        return {int(c) for c in text.split()}
+
+    def workers() -> set[int]:  # the pool's spawned processes (beside the resource tracker)
+        return {c for c in children(proc.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()}
+
+    deadline = time.monotonic() + 300
+    while len(workers()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)  # both re-training
+    training = workers()
+    assert len(training) == 2 and proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(3)
+    alive = [
+        w
+        for w in training
+        if Path(f"/proc/{w}").exists() and b"Z" not in Path(f"/proc/{w}/stat").read_bytes().split()[2]
+    ]
+    assert alive == []
+    assert not (results / "restamp.json").exists()  # no proof: nothing was compared to the end

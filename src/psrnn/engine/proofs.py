@@ -62,14 +62,48 @@ def lock(cfg: dict[str, Any]) -> Any:
 def earlier_proofs(path: Path) -> list[dict[str, Any]]:
     """restamp.json's proofs so far ([] without the file); a damaged one is a UserError before
     anything trains (its proofs would be lost by writing a new file)."""
-    if not path.is_file():
+    if not path.exists():
         return []
+    if not path.is_file():
+        raise UserError(f"{path}: not a file (restamp writes its proof there): move it away and run again")
     found = read_json(path)
     if not isinstance(found, dict) or not isinstance(found.get("restamps"), list):
         raise UserError(
             f"{path}: no 'restamps' list; restore it from git (git checkout -- {path}) and run again"
         )
+    for i, proof in enumerate(found["restamps"]):
+        if problem := damaged(proof):
+            raise UserError(
+                f"{path}: restamps[{i}]{problem}; restore it from git (git checkout -- {path}) and run again"
+            )
     return found["restamps"]
+
+
+PROOF_FIELDS: dict[
+    str, type
+] = {  # what a proof record's fields hold, where it has them (older ones lack some)
+    **dict.fromkeys(("from", "retrained", "restamped", "verified", "restamped_selections"), list),
+    **dict.fromkeys(("to", "machine", "command"), str),
+    **dict.fromkeys(("restamped_runs", "left_stale", "left_unproven"), int),
+    "complete": bool,
+}
+
+
+def damaged(proof: Any) -> str | None:
+    """What is wrong with one proof record (None: nothing): the fields restamp reads, typed."""
+    if not isinstance(proof, dict):
+        return f" is {type(proof).__name__} {proof!r:.40}, not a proof record"
+    for key, kind in PROOF_FIELDS.items():
+        value = proof.get(key)
+        if value is None:
+            continue
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            return f".{key} is {value!r:.40}, not a count"
+        if not isinstance(value, kind) or (
+            isinstance(value, list) and not all(isinstance(v, str) for v in value)
+        ):
+            return f".{key} is {value!r:.40}, not {'a list of paths' if kind is list else kind.__name__}"
+    return None
 
 
 def unproven(cfg: dict[str, Any], earlier: list[dict[str, Any]], new: str) -> list[Path]:

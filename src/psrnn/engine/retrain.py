@@ -157,7 +157,8 @@ def retrain_all(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=die_with_parent) as pool:
         futures = [pool.submit(retrain, cfg, together, scratch / str(i)) for i, together in enumerate(todo)]
         try:
             for future in futures:
@@ -165,6 +166,17 @@ def retrain_all(
         finally:  # a difference or an error: the rest are not started
             for future in futures:
                 future.cancel()
+
+
+def die_with_parent() -> None:
+    """A worker ends with restamp (kill -9 included) instead of training on for minutes,
+    re-parented to init: Linux's parent-death signal (elsewhere, it ends after its run)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def prove(
