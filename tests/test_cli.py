@@ -293,6 +293,27 @@ def test_a_file_over_the_size_limit_is_one_line_naming_it_and_leaves_nothing(tmp
     assert os.listdir(tmp_path) == []
 
 
+def test_a_library_that_cannot_be_mapped_is_one_line(tmp_path):
+    """`ulimit -v` below what torch maps: its ImportError was a 29-line stack (battery B60)."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_000_000_000, 1_000_000_000))
+
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn", "train", "--config", str(SMALL), "--experiment", "mnist_gru"],
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 2, res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert line.startswith("psrnn train: error: could not load a library (libtorch")
+    assert line.endswith("shared object): check `ulimit -v` and the install")
+    assert os.listdir(tmp_path) == []
+
+
 def test_train_group_interrupted_says_what_its_checkpoints_keep(monkeypatch, capsys):
     """train-group checkpoints every --save-every seconds, not every epoch: stopped (Ctrl-C,
     a scheduler's SIGTERM) before its first checkpoint, a run starts again."""
@@ -309,3 +330,18 @@ def test_train_group_interrupted_says_what_its_checkpoints_keep(monkeypatch, cap
         "training is lost; a run stopped before its first one starts again)\n"
     )
     assert group.SAVE_EVERY_S == 60  # the message's number
+
+
+def test_restamp_interrupted_does_not_say_it_resumes(monkeypatch, capsys):
+    """restamp keeps nothing of a re-training: "the same command resumes" promised too much."""
+    from psrnn.engine import restamp
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(restamp, "run", interrupted)
+    assert main(["restamp", "--config", str(SMALL)]) == 130
+    assert capsys.readouterr().err == (
+        "psrnn restamp: interrupted; the same command re-trains and compares again, and finishes any "
+        "stamps it had begun (with --verify, from the first experiment it had not proven)\n"
+    )

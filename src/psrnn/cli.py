@@ -192,6 +192,12 @@ AFTER_INTERRUPT = {
         "seconds, 60 by default, so up to that much training is lost; a run stopped before its "
         "first one starts again)"
     ),
+    # restamp keeps no re-training: it stamps once its comparisons are done (--verify keeps
+    # its proof after each experiment)
+    "restamp": (
+        "the same command re-trains and compares again, and finishes any stamps it had begun "
+        "(with --verify, from the first experiment it had not proven)"
+    ),
 }
 
 # options whose values each name a run (its folder): one given twice would be trained by two
@@ -208,11 +214,25 @@ def refuse_repeats(args: argparse.Namespace) -> None:
             raise UserError(f"--{option}: {repeated} given twice (each names one run: give it once)")
 
 
+def unloadable(err: ImportError) -> str | None:
+    """One line for a library whose shared object cannot be loaded (`ulimit -v` below what
+    torch maps, about 1 GB; a damaged install): the machine's, not a bug. None otherwise."""
+    text = " ".join(str(err).split())
+    if "shared object" not in text:
+        return None
+    return f"could not load a library ({text}): check `ulimit -v` and the install"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
     try:
         args = build_parser().parse_args(argv)
+    except ImportError as err:  # the commands' modules load torch
+        if not unloadable(err):
+            raise
+        command = next((a for a in argv if not a.startswith("-")), "")
+        return error_line(command, unloadable(err) or "", "-v" in argv or "--verbose" in argv)
     finally:
         sys.argv = saved
     quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
