@@ -640,25 +640,16 @@ def test_cli_suite_config_default_paths_point_selected_and_set(tmp_path, monkeyp
     suite = str(suite_yaml(tmp_path, data))
     monkeypatch.chdir(tmp_path)
 
-    assert (
-        main(
-            [
-                "train",
-                "--config",
-                suite,
-                "--experiment",
-                "tiny_ps",
-                "--seed",
-                "4",
-                "--set",
-                "lr=0.2",
-                "--set",
-                "tasks=[rec, pred]",
-            ]
-        )
-        == 0
+    by_hand = ["train", "--config", suite, "--experiment", "tiny_ps", "--seed", "4"]
+    by_hand += ["--set", "lr=0.2", "--set", "tasks=[rec, pred]"]
+    # tiny_ps has a grid: its final runs' folder holds runs at the selected point only
+    assert main(by_hand) == 2
+    assert "tiny_ps has a grid: its runs in results/tiny/runs/tiny_ps train at the point" in (
+        capsys.readouterr().err
     )
-    m = json.loads((tmp_path / "results/tiny/runs/tiny_ps/seed4/metrics.json").read_text())
+    assert not (tmp_path / "results/tiny/runs/tiny_ps/seed4").exists()
+    assert main([*by_hand, "--out", "hand"]) == 0
+    m = json.loads((tmp_path / "hand/metrics.json").read_text())
     assert (m["experiment"], m["config_name"], m["seed"], m["point"]) == ("tiny_ps", "tiny", 4, None)
     assert m["config"]["lr"] == 0.2 and m["config"]["tasks"] == ["rec", "pred"]
     assert "test_acc" in capsys.readouterr().out

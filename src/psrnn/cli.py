@@ -1,7 +1,7 @@
 """The one command line: `python -m psrnn <command> ...` (Snakemake, DVC and tests call it).
 
     python -m psrnn --help
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 Each command lives in the module that does the work; that module provides
 `configure(parser)` (its arguments) and `run(args) -> int` (exit status). Modules are

@@ -1,7 +1,7 @@
 """Suite configs: the file that names a study's datasets, seeds, defaults and experiments.
 
     python -m psrnn config config/small.yaml            # validate, print the runs
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 A *suite config* (`config/small.yaml`, `config/paper.yaml`) names the datasets, seeds,
 defaults and experiments; it is validated against `config/schema.yaml` (JSON Schema

@@ -1,7 +1,8 @@
 """The training engine: one loop that trains, resumes and records a run of any study.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
-    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 1 \
+        --selected results/relreg/search/proto_both/selected.json
 
 A study supplies its science as a subclass of `Hooks` below (psrnn.registry names it; it says
 what it holds: data, model, optimizer, one epoch, evaluation, the run's own outputs). The
@@ -163,8 +164,7 @@ def _fit(
         log = tqdm.write
     if at_limit([m], hooks):
         beat = None if bar else log  # the bar shows progress itself
-        alone = Alone([run], [m.model], [m.opt], hooks=hooks, member=m, device=device, on_step=on_step)
-        alone.tell(bar, beat, heartbeat_s)
+        alone = Alone(m, hooks, device, on_step=on_step, bar=bar, beat=beat, heartbeat_s=heartbeat_s)
         failed = train_members([m], alone, hooks, data, device, memory, log, 0.0, started=session_start)
         if failed:  # not one epoch trained: there is no result to keep
             raise TrainingDiverged(failed[id(m)])
@@ -179,24 +179,21 @@ class Alone(Batched):
 
     OWN_RNG = False
 
-    def __init__(
+    def __init__(  # its member, not a fused group's runs, models and optimizers
         self,
-        runs: list[Any],
-        models: list[nn.Module],
-        opts: list[Any] | None = None,
-        *,
-        hooks: Hooks,
         member: Member,
+        hooks: Hooks,
         device: torch.device,
+        *,
         on_step: StepHook | None = None,
+        bar: bool = False,
+        beat: Callable[[str], None] | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
     ):
-        self.hooks, self.m, self.device, self.on_step = hooks, member, device, on_step
-        self.tell(False, None, HEARTBEAT_S)
-        self.why: str | None = None
-
-    def tell(self, bar: bool, beat: Callable[[str], None] | None, heartbeat_s: float) -> None:
-        """How its epochs show progress: under a bar, or heartbeat lines to `beat`."""
+        """`bar`: its epochs show progress under a bar; else heartbeat lines go to `beat`."""
+        self.m, self.hooks, self.device, self.on_step = member, hooks, device, on_step
         self.bar, self.beat, self.heartbeat_s = bar, beat, heartbeat_s
+        self.why: str | None = None
 
     def train_epoch(
         self, data: Any, epoch: int, gens: list[Generators], rngs: list[torch.Generator]

@@ -1,7 +1,7 @@
 """What every study's training run writes besides its checkpoints: the heartbeat line
 inside an epoch, the divergence flag and its warning, history.csv and .npz arrays.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 psrnn.engine.fit writes them (a study's epoch the heartbeat); the lines and the divergence
 flag are functions of the run's state alone, so tests check them without training. A

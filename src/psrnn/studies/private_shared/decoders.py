@@ -1,7 +1,7 @@
 """The auxiliary tasks' decoders: what one task is given and returns (`AuxDecoder`), the
 paper's GRU decoder, and all tasks' GRU decoders run as one block-diagonal GRU.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 `psrnn.studies.private_shared.models.PSRNN` builds one decoder per auxiliary task and scores their estimates
 (thesis eq. 3.3); a new decoder subclasses `AuxDecoder`. `fused_decode` computes what

@@ -1,6 +1,6 @@
 """One training epoch and one evaluation: the step mechanics of every run.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 A step draws the batch's anchors, runs the batch in pieces under max_tokens
 (data.micro_batches) whose gradients add up to the batch's, clips the gradients (norm in

@@ -1,7 +1,7 @@
 """The first study's science as the engine trains it (psrnn.engine.hooks.Hooks): private and
 shared representations in a GRU with local auxiliary losses.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 Data is a prepared dataset folder (psrnn.studies.private_shared.data; its manifest.json md5 is the data's
 identity, so a checkpoint resumes only on the same prepared data); the model is

@@ -1,6 +1,6 @@
 """The model: a GRU classifier whose hidden state is split into shared and private units.
 
-    python -m psrnn train --config config/small.yaml --experiment mnist_ps --seed 0
+    python -m psrnn train --config config/small.yaml --experiment mnist_gru --seed 0
 
 A main GRU reads x_1..x_n and classifies from the full final state h_n. The first
 r = round(shared * hidden) units of h (the shared slice h^s) also start one GRU decoder

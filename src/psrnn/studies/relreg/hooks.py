@@ -1,7 +1,8 @@
 """The second study's science as the engine trains it (psrnn.engine.hooks.Hooks): one Binary
 Counter run of the relation-level regularization study.
 
-    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 1 \
+        --selected results/relreg/search/proto_both/selected.json
 
 A run generates its data from its settings (psrnn.studies.relreg.data; no identity to check: the
 settings are the data), builds its model from the model settings (`model_settings`: every

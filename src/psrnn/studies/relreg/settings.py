@@ -1,7 +1,8 @@
 """The run settings of the relation-level regularization study (`study: relreg`).
 
     python -m psrnn config config/relreg.yaml          # validate, list the runs
-    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 1 \
+        --selected results/relreg/search/proto_both/selected.json
 
 A suite config with `study: relreg` resolves each (experiment, seed) to one RelRegConfig,
 exactly as the first study's configs resolve to psrnn.studies.private_shared.settings.RunConfig:

@@ -1,6 +1,7 @@
 """The Binary Counter step and evaluation of the relation-level regularization study.
 
-    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 0
+    python -m psrnn train --config config/relreg.yaml --experiment proto_both --seed 1 \
+        --selected results/relreg/search/proto_both/selected.json
 
 One epoch trains on cross-entropy per output bit plus the regularization penalty (eq.
 3.6-3.7; the cell noise of eq. 3.5 acts inside the proto-LSTM cells); evaluation scores
