@@ -724,8 +724,16 @@ def test_job_env_accepts_each_listed_name_and_every_committed_config_s(tmp_path)
     with pytest.raises(C.ConfigError) as err:
         C.load_suite(path)
     assert str(err.value) == (
-        f"{path}: job_env.OMP_NUM_THREADS: '1\\nrm -rf x' is not a one-line value of printable ASCII "
-        "characters"
+        f"{path}: job_env.OMP_NUM_THREADS: '1\\nrm -rf x' is not a string of one line of printable ASCII "
+        "characters (quote a number: '1')"
+    )
+    cfg["job_env"] = {"OMP_NUM_THREADS": 1}  # YAML's number: the reason is its type (battery B54)
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(C.ConfigError) as err:
+        C.load_suite(path)
+    assert str(err.value) == (
+        f"{path}: job_env.OMP_NUM_THREADS: 1 is not a string of one line of printable ASCII characters "
+        "(quote a number: '1')"
     )
 
 
