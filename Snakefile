@@ -42,11 +42,14 @@ report: "paper/report/workflow.rst"
 
 # Snakemake merges the --configfile files into one `config` dict; the jobs must see exactly
 # one config file, so that dict is not used (see psrnn.workflow).
-SUITE = W.suite_path(
-    workflow.overwrite_configfiles,
-    default=workflow.source_path(DEFAULT_SUITE),
-    cli_config=dict(workflow.config_settings.config),
-)
+try:  # --config KEY=VALUE is refused in one line (Snakemake prints a stack frame per raise)
+    SUITE = W.suite_path(
+        workflow.overwrite_configfiles,
+        default=workflow.source_path(DEFAULT_SUITE),
+        cli_config=dict(workflow.config_settings.config),
+    )
+except UserError as err:
+    sys.exit(f"psrnn: {err}")
 if not workflow.overwrite_configfiles:
     print(
         f"psrnn: no --configfile: running {DEFAULT_SUITE} (toy models, a few CPU-minutes); "

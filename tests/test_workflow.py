@@ -292,6 +292,7 @@ def test_command_line_config_values_are_refused(tmp_path):
     res = snakemake("-n", "--config", "dbpedia=true", cwd=tmp_path)
     assert res.returncode != 0
     assert "--config dbpedia: not supported" in res.stderr + res.stdout
+    assert 'File "' not in res.stderr + res.stdout  # one line, no stack frames (battery B63)
 
 
 # --- job shell prefix, resources, containers, report -------------------------------------------
