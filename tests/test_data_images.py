@@ -133,7 +133,13 @@ def test_replacing_a_prepared_folder_leaves_no_leftovers(raw, tmp_path):
     P.prepare("mnist", raw["mnist"], out, {"valid_size": 100, "train": 40})
     assert read_manifest(out)["counts"]["train"] == 40
     assert [p.name for p in out.parent.iterdir()] == ["mnist"]
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "test.pt", "train.pt", "valid.pt"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "splits.sha256",
+        "test.pt",
+        "train.pt",
+        "valid.pt",
+    ]
 
 
 def test_failure_while_writing_keeps_the_old_folder(raw, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ The prepared format (what `prepare` writes and training reads), per dataset fold
     train.pt          torch.save'd dict, see below
     valid.pt
     test.pt
+    splits.sha256     sha256 of each split file, `sha256sum` format (absent in folders of older psrnn)
 
 Each split file is a dict of tensors:
     images (mnist, fmnist, cifar10):  x uint8 (N, T, F) raw 8-bit values, y int64 (N,)
@@ -19,7 +20,10 @@ instead of ~17 GB of float one-hot); the model expands indices on the fly.
 "features" (values per step, or alphabet size for categorical), "num_classes",
 "scale" (continuous: x / scale gives the model's input, 255 for 8-bit images).
 A truncated or overwritten manifest or split file is a `UserError` naming the file and
-the `prepare` command that rewrites it.
+the `prepare` command that rewrites it; so is a manifest value training cannot use, a split
+not in the format above or not as the manifest describes it (dtype, steps, features,
+labels, symbols, lengths, class balance), and a split file that is not the one `prepare`
+wrote (its sha256 against splits.sha256): `checks` holds these checks.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ from pathlib import Path
 import torch
 
 from psrnn.errors import UserError
+from psrnn.studies.private_shared.data.checks import (
+    checksum_problem,
+    class_balance_problem,
+    manifest_problem,
+    split_format_problem,
+)
 
 SPLITS = ("train", "valid", "test")
 
@@ -108,6 +118,9 @@ def read_manifest(prepared_dir: str | Path) -> dict:
     missing = [k for k in MANIFEST_KEYS if k not in manifest]
     if missing:
         raise damaged(path, manifest.get("dataset") or Path(prepared_dir).name, f"no {', '.join(missing)}")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise damaged(path, manifest.get("dataset") or Path(prepared_dir).name, problem)
     return manifest
 
 
@@ -122,7 +135,14 @@ def load_split(prepared_dir: str | Path, split: str) -> SequenceSplit:
         d = torch.load(path, map_location="cpu", weights_only=True)
     except LOAD_ERRORS as err:
         raise damaged(path, dataset, reason(err)) from None
-    problem = split_problem(d, manifest.get("counts", {}).get(split))
+    count = manifest.get("counts", {}).get(split)
+    problem = split_problem(d, count) or split_format_problem(d, manifest, split)
+    if problem:
+        raise damaged(path, dataset, problem)
+    wrong = checksum_problem(Path(prepared_dir), split)
+    if wrong:
+        raise UserError(f"{wrong[0]} {wrong[1]}: {rerun(dataset)}")
+    problem = class_balance_problem(d["y"], manifest, split)
     if problem:
         raise damaged(path, dataset, problem)
     return SequenceSplit(

@@ -23,16 +23,14 @@ Text test sets are shuffled with the split seed (the upstream files are sorted b
 so a first-N `test` cap would otherwise keep a single class).
 Every class must have examples in the official train and test sets and in each prepared
 split (a cap or the length filter that empties a class stops `prepare`, naming the split).
-The whole folder is written under a temporary name and renamed into place at the end.
+The whole folder is written under a temporary name and renamed into place at the end, with
+splits.sha256 beside manifest.json (data/store.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from psrnn.errors import UserError
 from psrnn.studies.private_shared.data import SPLITS
 from psrnn.studies.private_shared.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.studies.private_shared.data.sources import source
+from psrnn.studies.private_shared.data.store import write_prepared
 from psrnn.studies.private_shared.datasets import REGISTRY, Dataset
 
 IMAGES = tuple(name for name, ds in REGISTRY.items() if ds.image_side is not None)
@@ -423,34 +422,6 @@ def prepare(
     }
     write_prepared(out_dir, splits, manifest)
     return manifest
-
-
-def write_prepared(
-    out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
-) -> None:
-    """Write the split files and manifest.json into a temporary folder, then rename it to `out_dir`."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    files.remove_stale_temps(out_dir.parent, out_dir.name)  # a killed prepare's, of this dataset
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    tmp.chmod(0o777 & ~files.current_umask())  # mkdtemp makes it private; the final folder follows the umask
-    try:
-        for split in SPLITS:
-            # saved through a buffer: torch.save names the archive's root folder after the
-            # file it writes to (here a random temporary name), so this keeps the bytes stable
-            buf = io.BytesIO()
-            torch.save(splits[split], buf)
-            files.write_bytes(tmp / f"{split}.pt", buf.getvalue())
-        files.write_json(tmp / "manifest.json", manifest)
-        old = None
-        if out_dir.exists():
-            # a folder cannot be replaced in one rename: move the old one aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-            out_dir.rename(old / out_dir.name)
-        tmp.rename(out_dir)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --- command line ------------------------------------------------------------------------

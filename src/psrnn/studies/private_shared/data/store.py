@@ -1,0 +1,49 @@
+"""Writing a prepared folder (the format in `psrnn.studies.private_shared.data`): the split
+files, splits.sha256 (their sha256, which loading checks) and manifest.json, written under
+a temporary name and renamed into place, so a killed `prepare` leaves the old folder."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from psrnn import files
+from psrnn.studies.private_shared.data import SPLITS
+from psrnn.studies.private_shared.data.checks import CHECKSUMS, checksums_text, sha256_bytes
+
+
+def write_prepared(
+    out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
+) -> None:
+    """Write the split files, splits.sha256 and manifest.json into a temporary folder, then
+    rename it to `out_dir`."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    files.remove_stale_temps(out_dir.parent, out_dir.name)  # a killed prepare's, of this dataset
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    tmp.chmod(0o777 & ~files.current_umask())  # mkdtemp makes it private; the final folder follows the umask
+    digests: dict[str, str] = {}
+    try:
+        for split in SPLITS:
+            # saved through a buffer: torch.save names the archive's root folder after the
+            # file it writes to (here a random temporary name), so this keeps the bytes stable
+            buf = io.BytesIO()
+            torch.save(splits[split], buf)
+            files.write_bytes(tmp / f"{split}.pt", buf.getvalue())
+            digests[f"{split}.pt"] = sha256_bytes(buf.getvalue())
+        files.write_text(tmp / CHECKSUMS, checksums_text(digests))  # never in manifest.json (data identity)
+        files.write_json(tmp / "manifest.json", manifest)
+        old = None
+        if out_dir.exists():
+            # a folder cannot be replaced in one rename: move the old one aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            out_dir.rename(old / out_dir.name)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

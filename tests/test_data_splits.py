@@ -1,0 +1,238 @@
+"""What `train` accepts of a prepared folder beyond readable split files (fault battery C,
+cases C77-C81, C84, C85): each split agrees with manifest.json (dtype, steps, labels,
+symbols, class balance), the manifest's values are sane, and each split file is the one
+`prepare` wrote (splits.sha256). Each damaged folder is built here from a fixture prepared
+by `prepare` and stops `train` with one line naming the file and what is wrong, before any
+run folder exists. A folder of older psrnn (no splits.sha256) still trains."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from psrnn import config as C
+from psrnn.cli import main
+from psrnn.studies.private_shared.data import load_split, read_manifest
+from psrnn.studies.private_shared.data import prepare as P
+from psrnn.studies.private_shared.data.checks import CHECKSUMS, read_checksums
+from psrnn.studies.private_shared.data.fixtures import write_fixtures
+
+# MNIST at 7 x 7 = 49 steps as in the battery; IMDB with an alphabet of 40 as in C85
+OPTIONS = {
+    "mnist": {"downsample": 7, "valid_size": 100, "train": 60, "test": 60},
+    "imdb": {"valid_size": 50, "alphabet_size": 40, "max_length": 100, "train": 40, "test": 40},
+}
+
+
+def rerun(dataset: str) -> str:
+    return f"re-run `python -m psrnn prepare {dataset} --config <suite.yaml>`"
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict[str, Path]:
+    """{dataset: folder} prepared from the fixture archives by the current `prepare`."""
+    root = tmp_path_factory.mktemp("splits")
+    write_fixtures(root / "fx", tuple(OPTIONS))
+    for name, opts in OPTIONS.items():
+        P.prepare(name, root / "fx" / name, root / "prepared" / name, opts)
+    return {name: root / "prepared" / name for name in OPTIONS}
+
+
+@pytest.fixture()
+def mnist(fresh, tmp_path) -> Path:
+    """A copy of the prepared MNIST folder to damage."""
+    return Path(shutil.copytree(fresh["mnist"], tmp_path / "data" / "prepared" / "mnist"))
+
+
+@pytest.fixture()
+def imdb(fresh, tmp_path) -> Path:
+    return Path(shutil.copytree(fresh["imdb"], tmp_path / "data" / "prepared" / "imdb"))
+
+
+def train(data: Path, tmp_path: Path, capsys, dataset: str = "mnist") -> tuple[int, list[str]]:
+    """`psrnn train` of a 4-unit model for one epoch on `data`: (rc, stderr lines)."""
+    run_yaml = tmp_path / "run.yaml"
+    settings = {"hidden": 4, "window": 3, "anchors": 1, "max_epochs": 1, "batch_size": 16}
+    if dataset == "imdb":
+        settings.update(window=2, tasks=["pred"])
+    run_yaml.write_text(
+        yaml.safe_dump({"dataset": dataset, "data_dir": str(data), "progress": "plain", **settings})
+    )
+    capsys.readouterr()
+    rc = main(["train", "-q", "--config", str(run_yaml), "--out", str(tmp_path / "run" / "a")])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def refused(data: Path, tmp_path: Path, capsys, dataset: str = "mnist") -> str:
+    """The one line `train` stops with; no run folder (so no metrics.json) is written."""
+    rc, lines = train(data, tmp_path, capsys, dataset)
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert not (tmp_path / "run").exists()
+    return lines[0].removeprefix("psrnn train: error: ")
+
+
+def edit_manifest(data: Path, **changes) -> None:
+    m = json.loads((data / "manifest.json").read_text())
+    for key, value in changes.items():
+        target = m
+        *parents, last = key.split(".")
+        for parent in parents:
+            target = target[parent]
+        target[last] = value
+    (data / "manifest.json").write_text(json.dumps(m))
+
+
+def load(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)
+
+
+# --- the battery's cases -----------------------------------------------------------------
+
+
+def test_c77_test_rows_copied_onto_train_with_the_count_edited(mnist, tmp_path, capsys):
+    shutil.copyfile(mnist / "test.pt", mnist / "train.pt")
+    edit_manifest(mnist, **{"counts.train": len(load(mnist / "test.pt")["y"])})
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is not the file prepare wrote (sha256 differs from splits.sha256): "
+        f"{rerun('mnist')}"
+    )
+
+
+def test_c78_train_replaced_by_test_rows_of_the_same_count(mnist, tmp_path, capsys):
+    n = len(load(mnist / "train.pt")["y"])
+    test = load(mnist / "test.pt")
+    rows = torch.arange(n) % len(test["y"])  # the test rows (twice where train is larger)
+    torch.save({"x": test["x"][rows].clone(), "y": test["y"][rows].clone()}, mnist / "train.pt")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is not the file prepare wrote (sha256 differs from splits.sha256): "
+        f"{rerun('mnist')}"
+    )
+    # a folder of older psrnn has no splits.sha256: the class balance still tells
+    (mnist / CHECKSUMS).unlink()
+    line = refused(mnist, tmp_path, capsys)
+    assert line.startswith(f"{mnist / 'train.pt'} is damaged (labels per class [")
+    assert "but manifest.json's class_balance says [" in line and line.endswith(f"): {rerun('mnist')}")
+
+
+def test_c79_images_not_uint8(mnist, tmp_path, capsys):
+    split = load(mnist / "train.pt")
+    split["x"] = split["x"].float() * 1000
+    torch.save(split, mnist / "train.pt")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is damaged (x is float32, not the prepared uint8): {rerun('mnist')}"
+    )
+
+
+def test_c80_images_of_other_steps_than_the_manifest(mnist, tmp_path, capsys):
+    split = load(mnist / "train.pt")
+    split["x"] = split["x"][:, :10].clone()
+    torch.save(split, mnist / "train.pt")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is damaged (x has 10 steps but manifest.json says 49): {rerun('mnist')}"
+    )
+
+
+def test_c81_labels_not_integers(mnist, tmp_path, capsys):
+    split = load(mnist / "train.pt")
+    split["y"] = split["y"].float()
+    torch.save(split, mnist / "train.pt")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is damaged (y is float32 of shape (60,), not the prepared 1-d int64): "
+        f"{rerun('mnist')}"
+    )
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"scale": 0}, "scale 0: expected a finite number > 0"),  # C84
+        ({"scale": -255.0}, "scale -255.0: expected a finite number > 0"),
+        ({"num_classes": 1}, "num_classes 1: expected an integer >= 2"),
+        ({"features": 0}, "features 0: expected an integer >= 1"),
+        ({"input": "pixels"}, "input 'pixels': expected 'continuous' or 'categorical'"),
+    ],
+)
+def test_c84_manifest_values_training_cannot_use(change, says, mnist, tmp_path, capsys):
+    edit_manifest(mnist, **change)
+    assert (
+        refused(mnist, tmp_path, capsys) == f"{mnist / 'manifest.json'} is damaged ({says}): {rerun('mnist')}"
+    )
+
+
+def test_c83_labels_beyond_the_manifests_classes(mnist, tmp_path, capsys):
+    edit_manifest(mnist, num_classes=5)
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'train.pt'} is damaged (labels 0..9 outside 0..4 (manifest.json's num_classes 5)): "
+        f"{rerun('mnist')}"
+    )
+
+
+def test_c85_a_symbol_outside_the_alphabet(imdb, tmp_path, capsys):
+    assert read_manifest(imdb)["features"] == 40
+    split = load(imdb / "train.pt")
+    split["x"][5] = 200
+    torch.save(split, imdb / "train.pt")
+    assert refused(imdb, tmp_path, capsys, "imdb") == (
+        f"{imdb / 'train.pt'} is damaged (symbol 200 outside manifest.json's alphabet of 40 (0..39)): "
+        f"{rerun('imdb')}"
+    )
+
+
+def test_text_lengths_outside_the_manifests(imdb, tmp_path, capsys):
+    split = load(imdb / "valid.pt")
+    split["offsets"][1:] += 1000  # the first review 1000 symbols longer
+    split["x"] = torch.cat([split["x"], torch.ones(1000, dtype=torch.uint8)])
+    torch.save(split, imdb / "valid.pt")
+    stats = read_manifest(imdb)["length"]["valid"]
+    line = refused(imdb, tmp_path, capsys, "imdb")
+    assert line.startswith(f"{imdb / 'valid.pt'} is damaged (sequences of ")
+    assert f"steps but manifest.json's lengths run {stats['min']}..{stats['max']})" in line
+
+
+def test_a_damaged_checksum_file_is_one_line(mnist, tmp_path, capsys):
+    (mnist / CHECKSUMS).write_text("not a checksum\n")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / CHECKSUMS} is damaged (line 1 is not '<sha256>  <file>'): {rerun('mnist')}"
+    )
+
+
+# --- what still loads --------------------------------------------------------------------
+
+
+def test_the_checksums_are_sha256sum_lines_beside_an_unchanged_manifest(fresh):
+    for folder in fresh.values():
+        assert read_checksums(folder) == {
+            f"{s}.pt": hashlib.sha256((folder / f"{s}.pt").read_bytes()).hexdigest()
+            for s in ("train", "valid", "test")
+        }
+        assert (folder / CHECKSUMS).read_text().splitlines()[0].endswith("  train.pt")
+        assert "sha256" not in (folder / "manifest.json").read_text()  # the data identity's bytes
+
+
+def test_a_folder_of_older_psrnn_without_checksums_trains(mnist, tmp_path, capsys):
+    (mnist / CHECKSUMS).unlink()
+    rc, lines = train(mnist, tmp_path, capsys)
+    assert rc == 0 and lines == [], lines  # not even a warning
+    assert (tmp_path / "run" / "a" / "metrics.json").is_file()
+
+
+def test_an_intact_folder_trains(imdb, tmp_path, capsys):
+    rc, lines = train(imdb, tmp_path, capsys, "imdb")
+    assert rc == 0 and lines == [], lines
+    assert (tmp_path / "run" / "a" / "metrics.json").is_file()
+
+
+REAL = sorted(p.parent for p in (C.ROOT / "data").glob("*/prepared/*/manifest.json"))
+
+
+@pytest.mark.skipif(not REAL, reason="no prepared data under data/ (prepare or `dvc pull` first)")
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: f"{p.parents[1].name}/{p.name}")
+def test_the_prepared_folders_here_still_load(folder):
+    for split in ("train", "valid", "test"):
+        assert len(load_split(folder, split)) == read_manifest(folder)["counts"][split]
