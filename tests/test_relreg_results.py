@@ -80,8 +80,11 @@ def suite_config(experiments: tuple[str, ...] = ("lstm_l2", "proto_l2", "proto_b
     }
 
 
-def write_run(d: Path, cfg: dict, exp: str, seed: int, seq: dict[int, float], point: str | None) -> None:
-    """A finished run folder of the contract: metrics.json, history.csv, loading.npz (proto)."""
+def write_run(
+    d: Path, cfg: dict, exp: str, seed: int, seq: dict[int, float], point: str | None, loss: float = 0.1
+) -> None:
+    """A finished run folder of the contract: metrics.json, history.csv, loading.npz (proto);
+    `loss`: its validation loss."""
     d.mkdir(parents=True)
     run_cfg = C.resolve_run(cfg, exp, seed, point=point).to_dict()
     test = {str(k): {"seq_acc": a, "bit_acc": bit_acc(a), "count": min(2**k, 1024)} for k, a in seq.items()}
@@ -95,7 +98,7 @@ def write_run(d: Path, cfg: dict, exp: str, seed: int, seq: dict[int, float], po
         "best_valid_acc": 0.9,
         "best_epoch": 3,
         "epochs_run": 3,
-        "valid_main_loss": 0.1,
+        "valid_main_loss": loss,
         "test_acc": sum(seq.values()) / len(seq),
         "test": test,
         "params": 500,
@@ -153,7 +156,9 @@ def make_tree(root: Path, experiments: tuple[str, ...] | None = None, runs: bool
         if exp in cfg["experiments"]:
             for i, (pid, _) in enumerate(C.grid_points(cfg["experiments"][exp])[:points]):
                 seq = {k: 0.5 + 0.1 * i for k in BITS}
-                write_run(root / C.search_dir(cfg, exp, pid), cfg, exp, 0, seq, pid)
+                # tied at 0.9 validation, the later point at the lower loss: under `ties: loss`
+                # lstm_l2's selection below is its search's
+                write_run(root / C.search_dir(cfg, exp, pid), cfg, exp, 0, seq, pid, loss=0.1 - 0.05 * i)
     if "lstm_l2" in cfg["experiments"]:
         (root / C.selection_path(cfg, "lstm_l2")).write_text(
             json.dumps({"point": "l2-0.001_lr-0.01", "overrides": {"l2": 0.001, "lr": 0.01}})
@@ -557,9 +562,9 @@ def ablated(tmp_path_factory):
                 chosen.get(exp),
             )
     for exp, valid in (("lstm_l2", (1.0, 0.9)), ("lstm_l2_valid3", (1.0, 1.0))):
-        for (pid, _), acc in zip(C.grid_points(cfg["experiments"][exp]), valid):
-            d = root / C.search_dir(cfg, exp, pid)
-            write_run(d, cfg, exp, 0, {k: 0.5 for k in BITS}, pid)
+        for i, ((pid, _), acc) in enumerate(zip(C.grid_points(cfg["experiments"][exp]), valid)):
+            d = root / C.search_dir(cfg, exp, pid)  # lstm_l2_valid3's tie: the later point's lower loss
+            write_run(d, cfg, exp, 0, {k: 0.5 for k in BITS}, pid, loss=0.1 - 0.05 * i)
             m = json.loads((d / "metrics.json").read_text())
             (d / "metrics.json").write_text(json.dumps({**m, "best_valid_acc": acc}))
     for exp, pid in chosen.items():

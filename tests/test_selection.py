@@ -4,7 +4,7 @@ accuracy, ties broken by validation loss then grid order, never the test set."""
 import json
 
 import pytest
-from suites import write_tiny
+from suites import write_search, write_tiny
 
 from psrnn import config as C
 from psrnn import workflow as W
@@ -101,10 +101,7 @@ def test_select_refuses_a_record_it_cannot_rank(tmp_path, monkeypatch, capsys, f
 def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
     suite = write_tiny(tmp_path)
     monkeypatch.chdir(tmp_path)
-    for pid, acc in (("lr-0.1", 0.4), ("lr-0.01", 0.6)):
-        path = tmp_path / "results" / "tiny" / "search" / "ps" / pid / "metrics.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(metrics(acc)))
+    write_search(C.load_suite(suite), {"lr-0.1": 0.4, "lr-0.01": 0.6})  # the records training writes
     assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 0
     rec = json.loads((tmp_path / "results/tiny/search/ps/selected.json").read_text())
     assert rec["point"] == "lr-0.01" and rec["overrides"] == {"lr": 0.01}

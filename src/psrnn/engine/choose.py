@@ -18,29 +18,36 @@ sum as `valid_main_loss`, `valid_aux_loss` 0), and `named` writes the record wit
 study's metric by name. The first two studies' selections are what selection did before, so
 their selected.json are byte-identical.
 
-The checks and the adapter live here, not in psrnn.engine.selection: that module is in every
+The checks and the adapter (psrnn.engine.ranking, re-exported here) are not in
+psrnn.engine.selection: that module is in every
 study's training digest (train reads selected.json through it), so an edit to its code
 would mark every committed run stale, GPU-made ones included (re-stamped only on a GPU), for
-a rule that training never runs.
+a rule that training never runs. Each record is also read as compile reads it
+(check_settings: psrnn.report.collect.suite_run), so a record of another grid point's
+settings is refused here, before the final runs train on what it would choose.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
 from psrnn.engine import selection
+from psrnn.engine.ranking import (  # noqa: F401 (select's rule, re-exported)
+    DEFAULT,
+    RANKED,
+    adapted,
+    check_record,
+    chosen,
+    is_accuracy,
+    named,
+)
 from psrnn.errors import UserError
 from psrnn.files import write_json
 from psrnn.jobspec import selection_stamp
-
-Selection = registry.Selection
-DEFAULT: Selection = registry.BY_ACCURACY
-RANKED = "best_valid_acc"  # the key psrnn.engine.selection ranks by (higher wins)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -49,60 +56,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="where to write (default results/<name>/search/<exp>/selected.json)")
 
 
-def is_accuracy(sel: Selection) -> bool:
-    """A "max" metric named *_acc is an accuracy: a fraction in [0, 1]."""
-    return sel[1] == "max" and sel[0].endswith("_acc")
+def check_settings(cfg: dict[str, Any], experiment: str, records: dict[str, dict[str, Any]]) -> None:
+    """Each search record read as compile reads it (psrnn.report.collect.suite_run): a record
+    of another grid point's settings, another experiment's or seed's, is one line naming it,
+    before any selected.json is written (select once ranked it, and Snakemake trained the
+    final runs on what it chose before compile refused it)."""
+    from psrnn.report.collect import suite_run
 
-
-def check_record(experiment: str, point: str, m: Any, sel: Selection = DEFAULT) -> None:
-    """A search run's record as select reads it: the study's metric a finite number (an
-    accuracy in [0, 1]) and each tie metric a finite number. Anything else is a UserError
-    naming the run and the key."""
-    where = f"experiment {experiment}, grid point {point} (its search run's metrics.json)"
-    metric, _, ties = sel
-    for key in (metric, *ties):
-        if not isinstance(m, dict) or key not in m:
-            raise UserError(f"{where}: no {key}; not a finished run's record: delete its folder")
-
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    v = m[metric]
-    if is_accuracy(sel) and (not number(v) or not 0.0 <= v <= 1.0):
-        raise UserError(f"{where}: {metric} = {v!r} is not an accuracy in [0, 1]; delete its folder")
-    for key in (metric, *ties):
-        if not number(m[key]):
-            raise UserError(f"{where}: {key} = {m[key]!r} is not a finite number; delete its folder")
-
-
-def adapted(m: dict[str, Any], sel: Selection) -> dict[str, float]:
-    """A checked record as psrnn.engine.selection ranks it (module docstring)."""
-    metric, mode, ties = sel
-    value = float(m[metric])
-    return {
-        RANKED: value if mode == "max" else -value,
-        "valid_main_loss": sum(float(m[k]) for k in ties),
-        "valid_aux_loss": 0.0,
-    }
-
-
-def named(record: dict[str, Any], records: dict[str, dict[str, Any]], sel: Selection) -> dict[str, Any]:
-    """selection's record with the study's metric in place of `best_valid_acc` (as it was for
-    a study ranking by it): "metric", "mode", the chosen point's value by the metric's name,
-    and each candidate's."""
-    metric, mode, _ = sel
-    if metric == RANKED and mode == "max":
-        return record
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        if key == RANKED:
-            out.update(metric=metric, mode=mode)
-            out[metric] = float(records[record["point"]][metric])
-        elif key == "candidates":
-            out[key] = [{"point": c["point"], metric: float(records[c["point"]][metric])} for c in value]
-        else:
-            out[key] = value
-    return out
+    for point in records:
+        path = C.search_dir(cfg, experiment, point) / "metrics.json"
+        suite_run(cfg, path, experiment, C.search_seed(cfg), point=point)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,11 +80,10 @@ def run(args: argparse.Namespace) -> int:
     records = selection.read_search(cfg, args.experiment)
     for point, m in records.items():
         check_record(args.experiment, point, m, sel)
+    check_settings(cfg, args.experiment, records)
     points = C.grid_points(cfg["experiments"][args.experiment])
     ties = cfg.get("ties", "loss")
-    ranked = {p: adapted(m, sel) for p, m in records.items()}
-    record = selection.select(args.experiment, points, ranked, ties, list(cfg["seeds"]))
-    record = named(record, records, sel)
+    record = chosen(cfg, args.experiment, records)
     record.update(selection_stamp(cfg, args.experiment))
     out = Path(args.out) if args.out else C.selection_path(cfg, args.experiment)
     write_json(out, record)

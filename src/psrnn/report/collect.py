@@ -9,6 +9,7 @@ run still in progress or never started is simply missing, never a zero.
 from __future__ import annotations
 
 import io
+import json
 import math
 import zipfile
 from dataclasses import dataclass, field
@@ -179,6 +180,7 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         run = C.resolve_run(cfg, experiment, seed, selected=overrides)
         diff = config_differences(m["config"], run)
         if not diff:
+            check_lengths(path, m, run)
             return m
         tried.append(diff)
     fewest = min(tried, key=len)
@@ -186,6 +188,42 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
         "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
     )
+
+
+def check_lengths(path: Path, m: dict[str, Any], run: Any) -> None:
+    """A record's per-length results (`test`: length -> seq_acc, bit_acc, count; the second
+    study's) where its settings name the lengths (`test_bits`): exactly those lengths, each
+    with both accuracies and its count of test numbers, a positive integer: `test_count`, or
+    every number of that length where there are fewer (psrnn.studies.relreg.data.numbers_for).
+    A length the suite never tests once became a column of Table 4.5, a missing one a cell
+    from one seed fewer, a count of -1 a row of table45.csv; each is a UserError naming the
+    file."""
+    bits = getattr(run, "test_bits", None)
+    if bits is None:
+        return
+    test = m.get("test")
+    want = [str(b) for b in bits]
+    lengths = f"the suite's test_bits {', '.join(want)}"
+    if not isinstance(test, dict):
+        raise UserError(
+            f"{path}: test = {test!r} holds no results per length of {lengths}; delete its folder"
+        )
+    if extra := [str(k) for k in test if k not in want]:
+        raise UserError(
+            f"{path}: test holds length(s) {', '.join(extra)}, not of {lengths}; delete its folder"
+        )
+    if missing := [k for k in want if k not in test]:
+        raise UserError(f"{path}: test has no length(s) {', '.join(missing)} of {lengths}; delete its folder")
+    count = getattr(run, "test_count", None)
+    for b in bits:
+        t = test[str(b)]
+        absent = [f for f in (*LENGTH_ACCURACIES, "count") if not isinstance(t, dict) or f not in t]
+        if absent:
+            raise UserError(f"{path}: test.{b} has no {', '.join(absent)}; delete its folder")
+        n, expected = t["count"], None if count is None else min(int(count), 1 << int(b))
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (expected is not None and n != expected):
+            what = "a positive integer" if expected is None else f"{expected} (test_count {count})"
+            raise UserError(f"{path}: test.{b}.count = {n!r}, not {what}; delete its folder")
 
 
 def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
@@ -214,8 +252,22 @@ def load_runs(
             if (d / "metrics.json").is_file():
                 point = overrides_for(sel, seed)[0] if sel else None
                 runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
+                require_files(d, ("history.csv",))
         out[exp] = runs
     return out
+
+
+def require_files(run_dir: Path, names: tuple[str, ...]) -> None:
+    """A finished run is all its files: training writes metrics.json last, so one of `names`
+    missing beside it was deleted, and compile would average curves and draw figures over
+    fewer runs than its tables count without a word. A UserError naming the file, as a
+    damaged one is (load_history, load_npz)."""
+    for name in names:
+        if not (run_dir / name).is_file():
+            raise UserError(
+                f"{run_dir / name}: missing from a finished run (its metrics.json is there; training "
+                "writes that last); delete its folder"
+            )
 
 
 def load_selections(cfg: dict[str, Any], results_dir: Path) -> dict[str, dict[str, Any]]:
@@ -257,16 +309,68 @@ def load_settings(cfg: dict[str, Any], runs: dict[str, list[Run]]) -> dict[str, 
     return out
 
 
-def load_search(cfg: dict[str, Any], results_dir: Path) -> list[dict[str, Any]]:
-    """metrics.json of every grid-search run of the suite's experiments (only their wall
-    time is reported), each checked to be the suite's (suite_run); folders of experiments
-    or points the suite no longer has are left out."""
-    out = []
+def load_search(cfg: dict[str, Any], results_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """experiment -> grid point -> metrics.json of every grid-search run of the suite's
+    experiments (the selections are checked against them; only their wall time is
+    reported), each checked to be the suite's (suite_run); folders of experiments or points
+    the suite no longer has are left out."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for path in sorted((results_dir / "search").glob("*/*/metrics.json")):
         exp, pid = path.parent.parent.name, path.parent.name
         if exp in cfg["experiments"] and pid in {p for p, _ in C.grid_points(cfg["experiments"][exp])}:
-            out.append(suite_run(cfg, path, exp, C.search_seed(cfg), point=pid))
+            out.setdefault(exp, {})[pid] = suite_run(cfg, path, exp, C.search_seed(cfg), point=pid)
     return out
+
+
+def check_selections(
+    cfg: dict[str, Any],
+    results_dir: Path,
+    selections: dict[str, dict[str, Any]],
+    search: dict[str, dict[str, dict[str, Any]]],
+) -> None:
+    """Each selected.json is the selection its search runs' records give (`search`, as
+    load_search reads them): select's rule re-applied (psrnn.engine.ranking.chosen: the
+    study's metric, the suite's `ties:`, a `ties: draw` drawn again, which is deterministic)
+    over the grid points that have a record (none: nothing to check). A hand-edited
+    selected.json, a worse point under the stamp of the right one, once had its final runs
+    trained and compiled as the suite's; it is now a UserError naming the file and both
+    points."""
+    from psrnn.engine import ranking
+
+    for exp, sel in selections.items():
+        path = results_dir / C.selection_path(cfg, exp).relative_to(C.results_root(cfg))
+        records = search.get(exp, {})
+        points = [(pid, o) for pid, o in C.grid_points(cfg["experiments"][exp]) if pid in records]
+        if not points:  # nothing to check it against (a suite compared before its search ran)
+            continue
+        metric = registry.study_of(cfg).selection
+        for pid, _ in points:
+            ranking.check_record(exp, pid, records[pid], metric)
+        want = ranking.chosen(cfg, exp, {pid: records[pid] for pid, _ in points}, points)
+        how = f"by {metric[0]}, ties: {cfg.get('ties', 'loss')}"
+        for seed in cfg["seeds"] if want.get("draws") or sel.get("draws") else [None]:
+            mine = _picked(sel, seed)
+            theirs = _picked(want, seed)
+            if mine != theirs:
+                where = "" if seed is None else f" for seed {seed}"
+                raise UserError(
+                    f"{path}: selects {_shown(mine)}{where}, but its search runs' records select "
+                    f"{_shown(theirs)} ({how}); run `python -m psrnn select` again"
+                )
+
+
+def _picked(sel: dict[str, Any], seed: int | None) -> tuple[Any, Any]:
+    """(point, overrides) a selection gives the final run of `seed` (None: its one point),
+    the overrides as selected.json holds them (a grid's tuples as lists)."""
+    found = [sel]
+    if seed is not None and sel.get("draws"):
+        found = [d for d in sel["draws"] if isinstance(d, dict) and d.get("seed") == seed] or [{}]
+    return found[0].get("point"), json.loads(json.dumps(found[0].get("overrides")))
+
+
+def _shown(picked: tuple[Any, Any]) -> str:
+    point, overrides = picked
+    return f"{point} (overrides {json.dumps(overrides, sort_keys=True)})"
 
 
 def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, Any]]:
@@ -281,6 +385,8 @@ def load_manifests(cfg: dict[str, Any], data_dir: Path) -> dict[str, dict[str, A
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, data_dir: Path) -> Suite:
     check_refs(cfg, reference)
     selections = load_selections(cfg, results_dir)
+    search = load_search(cfg, results_dir)
+    check_selections(cfg, results_dir, selections, search)
     runs = load_runs(cfg, results_dir, selections)
     return Suite(
         cfg=cfg,
@@ -289,7 +395,7 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path, da
         selections=selections,
         settings=load_settings(cfg, runs),
         manifests=load_manifests(cfg, data_dir),
-        search=load_search(cfg, results_dir),
+        search=[m for points in search.values() for m in points.values()],
         notes=load_notes(results_dir),
     )
 

@@ -24,7 +24,16 @@ from typing import Any
 from psrnn import config as C
 from psrnn.report import collect as shared
 from psrnn.report import fmt
-from psrnn.report.collect import Suite, load_notes, load_runs, load_selections, load_settings, suite_run
+from psrnn.report.collect import (
+    Suite,
+    check_selections,
+    load_notes,
+    load_runs,
+    load_selections,
+    load_settings,
+    require_files,
+    suite_run,
+)
 from psrnn.report.stats import Summary
 from psrnn.studies.relreg import verdicts as V
 
@@ -98,13 +107,6 @@ def equal_draws(sel: dict[str, Any]) -> set[int] | None:
 def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) -> RelRegSuite:
     check_refs(cfg, reference)
     selections = load_selections(cfg, results_dir)
-    runs = load_runs(cfg, results_dir, selections)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
-    surplus: dict[str, list[Any]] = {}
-    for exp, sel in selections.items():
-        keep = equal_draws(sel)
-        if keep is not None and exp in runs:
-            surplus[exp] = [r for r in runs[exp] if r.seed not in keep]
-            runs[exp] = [r for r in runs[exp] if r.seed in keep]
     points: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for exp in C.enabled_experiments(cfg):
         found = []
@@ -113,6 +115,17 @@ def gather(cfg: dict[str, Any], reference: dict[str, Any], results_dir: Path) ->
             if p.is_file():
                 found.append((pid, suite_run(cfg, p, exp, C.search_seed(cfg), point=pid)))
         points[exp] = found
+    # a selection is its search records' (before the final runs are read against it)
+    check_selections(cfg, results_dir, selections, {exp: dict(found) for exp, found in points.items()})
+    runs = load_runs(cfg, results_dir, selections)  # runs/<exp>/seed<k>/metrics.json, as C.run_dir lays out
+    for r in (r for rs in runs.values() for r in rs if r.metrics["config"].get("model") == "proto"):
+        require_files(r.dir, ("loading.npz",))  # psrnn.studies.relreg.hooks.finish writes it
+    surplus: dict[str, list[Any]] = {}
+    for exp, sel in selections.items():
+        keep = equal_draws(sel)
+        if keep is not None and exp in runs:
+            surplus[exp] = [r for r in runs[exp] if r.seed not in keep]
+            runs[exp] = [r for r in runs[exp] if r.seed in keep]
     return RelRegSuite(
         cfg=cfg,
         reference=reference,
