@@ -719,22 +719,16 @@ def test_job_env_accepts_each_listed_name_and_every_committed_config_s(tmp_path)
     path = tmp_path / "ok.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert C.load_suite(path)["job_env"] == cfg["job_env"]
-    cfg["job_env"] = {"OMP_NUM_THREADS": "1\nrm -rf x"}
-    path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(C.ConfigError) as err:
-        C.load_suite(path)
-    assert str(err.value) == (
-        f"{path}: job_env.OMP_NUM_THREADS: '1\\nrm -rf x' is not a string of one line of printable ASCII "
-        "characters (quote a number: '1')"
-    )
-    cfg["job_env"] = {"OMP_NUM_THREADS": 1}  # YAML's number: the reason is its type (battery B54)
-    path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(C.ConfigError) as err:
-        C.load_suite(path)
-    assert str(err.value) == (
-        f"{path}: job_env.OMP_NUM_THREADS: 1 is not a string of one line of printable ASCII characters "
-        "(quote a number: '1')"
-    )
+    # two lines; and YAML's number, whose reason is its type (battery B54)
+    for value, shown in (("1\nrm -rf x", "'1\\nrm -rf x'"), (1, "1")):
+        cfg["job_env"] = {"OMP_NUM_THREADS": value}
+        path.write_text(yaml.safe_dump(cfg))
+        with pytest.raises(C.ConfigError) as err:
+            C.load_suite(path)
+        assert str(err.value) == (
+            f"{path}: job_env.OMP_NUM_THREADS: {shown} is not a string of one line of printable ASCII "
+            "characters (quote a number: '1')"
+        )
 
 
 @pytest.mark.parametrize(
