@@ -22,6 +22,7 @@ import pytest
 from psrnn.cli import main
 from psrnn.studies.private_shared.data import limits as L
 from psrnn.studies.private_shared.data import readers as R
+from psrnn.studies.private_shared.data import store as S
 from psrnn.studies.private_shared.data.archives import gzip_bytes, idx_bytes, tar_gz_bytes
 from psrnn.studies.private_shared.data.fixtures import fixture_files, write_fixtures
 
@@ -223,6 +224,54 @@ def test_28_by_28_idx_images_prepare(tmp_path, capsys):
     assert (out / "manifest.json").is_file()
 
 
+# --- what prepare replaces (N55-N58) -----------------------------------------------------
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("target", ["own files", "the raw folder", "raw's parent", "a file"])
+def test_prepare_never_replaces_what_it_did_not_write(target, tmp_path, capsys):
+    """Battery N55-N58: prepare replaces its --out folder whole, and had deleted a folder of a
+    user's own files, the raw archives (--out = --raw, or raw's parent) and a file, exit 0.
+    Its own earlier output is still replaced (prepared again)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    raw = idx_raw(work / "raw", 28, 28)
+    out = {"the raw folder": raw, "raw's parent": work, "a file": work / "notes.txt"}.get(
+        target, work / "mine"
+    )
+    if target == "own files":
+        (out / "sub").mkdir(parents=True)
+        (out / "thesis.tex").write_text("chapter 1")
+        (out / "sub" / "data.csv").write_text("1,2")
+    if target == "a file":
+        out.write_text("precious")
+    before = tree(work)
+    line = one_line_error(["prepare", "mnist", "--raw", str(raw), "--out", str(out), *SMALL], capsys)
+    assert tree(work) == before
+    found = {
+        "own files": "'sub' and 1 more",
+        "the raw folder": "'t10k-images-idx3-ubyte.gz' and 3 more",
+        "raw's parent": "'raw'",
+    }
+    if target == "a file":
+        assert (
+            line == f"psrnn prepare: error: {out}: exists and is not a folder; prepare writes a folder there "
+            "(name another --out)"
+        )
+    else:
+        assert line == (
+            f"psrnn prepare: error: {out}: holds {found[target]}, which prepare did not write, and replaces "
+            "the whole folder: name an empty or prepared folder as --out"
+        )
+    again = work / "prepared"
+    for _ in range(2):  # a new folder, then its own earlier output
+        assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(again), *SMALL]) == 0
+        assert sorted(p.name for p in again.iterdir()) == sorted(S.WRITES)
+
+
 # --- download: bounded, regular files only (C64) -----------------------------------------
 
 MNIST_IMAGES = "train-images-idx3-ubyte.gz"
@@ -375,3 +424,33 @@ def test_member_limits_stand_well_above_the_real_counts():
     assert L.MEMBERS["imdb"] >= 2 * 100_020
     with tarfile.open(fileobj=io.BytesIO(fixture_files("cifar10")[CIFAR])) as tar:
         assert len(tar.getmembers()) < L.MEMBERS["cifar10"]
+
+
+# --- a tar that ends before its end-of-archive marker (N90, N91) -------------------------
+
+
+@pytest.mark.parametrize("damage", ["checksum", "cut"])
+def test_a_tar_damaged_or_cut_at_a_header_past_its_first_member_is_one_line(damage, tmp_path, capsys):
+    """Battery N90/N91: past the first member, tarfile ends the member list without a word at
+    a header whose checksum is wrong, or where the data ends (a tar cut at a header and
+    gzipped again): prepare wrote splits without the reviews after it, exit 0."""
+    whole = gzip.decompress(fixture_files("imdb")["aclImdb_v1.tar.gz"])
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        members = tar.getmembers()
+    at = members[len(members) * 9 // 10]  # a review header at 90 % of the archive
+    if damage == "checksum":
+        data = bytearray(whole)
+        data[at.offset + 148] ^= 1  # a digit of the header's checksum field
+        tar_bytes = bytes(data)
+    else:
+        tar_bytes = whole[: at.offset]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(tar_bytes, mtime=0))
+    before = members[members.index(at) - 1].name
+    assert prepare_fails("imdb", raw, tmp_path, capsys) == (
+        f"{raw / 'aclImdb_v1.tar.gz'}: no readable header or end-of-archive marker at byte "
+        f"{at.offset:,} after {before} (a cut or damaged tar); {NOT_OFFICIAL}"
+    )
+    (raw / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(whole, mtime=0))  # the whole tar: read
+    assert len(R.read_imdb(raw).train) > 0

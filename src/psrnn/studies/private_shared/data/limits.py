@@ -142,6 +142,7 @@ class Bounded:
     def __init__(self, raw: gzip.GzipFile, path: Path, kind: str):
         self.raw, self.path, self.kind = raw, path, kind
         self.member = ""  # the last member header read, for the message
+        self.last = b""  # the last block read (tarfile's last header read, once its list ended)
 
     def _over(self) -> UserError:
         return over(f"{self.path}: {self.member}" if self.member else str(self.path), self.kind)
@@ -157,6 +158,7 @@ class Bounded:
         data = self.raw.read(min(n, room + 1))
         if self.raw.tell() > LIMITS[self.kind]:
             raise self._over()
+        self.last = data
         return data
 
     def seek(self, pos: int, whence: int = 0) -> int:
@@ -231,6 +233,20 @@ class TarArchive:
             seen.add(m.name)
             self.check(m, f"{self.dataset} member")
             yield m
+        self.check_end()
+
+    def check_end(self) -> None:
+        """Refuse a member list that did not end at the end-of-archive marker (a block of
+        zeros): past its first member, tarfile ends the list without a word at a header it
+        cannot read (a damaged checksum) or at the end of the data (a tar cut at a header),
+        and the members after it would be missing from the prepared splits."""
+        end = self.tar.offset  # where the header it could not read (or the marker) starts
+        if self.stream.tell() != end + tarfile.BLOCKSIZE or self.stream.last != bytes(tarfile.BLOCKSIZE):
+            after = f" after {self.stream.member}" if self.stream.member else ""
+            raise UserError(
+                f"{self.path}: no readable header or end-of-archive marker at byte {end:,}{after} "
+                f"(a cut or damaged tar); {NOT_OFFICIAL}"
+            )
 
     def check(self, m: tarfile.TarInfo, kind: str) -> None:
         """Refuse `m` when its header says it holds more than LIMITS[kind] bytes."""

@@ -44,7 +44,7 @@ from psrnn.errors import UserError
 from psrnn.studies.private_shared.data import SPLITS
 from psrnn.studies.private_shared.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.studies.private_shared.data.sources import source
-from psrnn.studies.private_shared.data.store import write_prepared
+from psrnn.studies.private_shared.data.store import check_target, write_prepared
 from psrnn.studies.private_shared.datasets import REGISTRY, Dataset
 
 IMAGES = tuple(name for name, ds in REGISTRY.items() if ds.image_side is not None)
@@ -393,6 +393,7 @@ def prepare(
     `stamp`: extra manifest keys (the workflow's settings digest, psrnn.jobspec.dataset_stamp)."""
     opts = resolve_options(dataset, options)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    check_target(out_dir)  # before the archives are read (minutes for the real ones)
     sources = source_md5s(dataset, raw_dir)
     raw = read_raw(dataset, raw_dir)
     build = prepare_images if dataset in IMAGES else prepare_texts

@@ -13,15 +13,38 @@ from typing import Any
 import torch
 
 from psrnn import files
+from psrnn.errors import UserError
 from psrnn.studies.private_shared.data import SPLITS
 from psrnn.studies.private_shared.data.checks import CHECKSUMS, checksums_text, sha256_bytes
+
+WRITES = (*(f"{split}.pt" for split in SPLITS), CHECKSUMS, "manifest.json")  # all a prepared folder holds
+
+
+def check_target(out_dir: Path) -> None:
+    """Refuse an `out_dir` that prepare would destroy more than its own earlier output in:
+    a file, or a folder holding anything prepare does not write (the raw archives with
+    `--out` = `--raw` or its parent, a user's own files). Replacing the folder removes it all."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(
+            f"{out_dir}: exists and is not a folder; prepare writes a folder there (name another --out)"
+        )
+    if out_dir.is_dir():
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in WRITES or not p.is_file())
+        if foreign:
+            raise UserError(
+                f"{out_dir}: holds {foreign[0]!r}"
+                + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+                + ", which prepare did not write, and replaces the whole folder: name an empty or "
+                "prepared folder as --out"
+            )
 
 
 def write_prepared(
     out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
 ) -> None:
     """Write the split files, splits.sha256 and manifest.json into a temporary folder, then
-    rename it to `out_dir`."""
+    rename it to `out_dir` (check_target first)."""
+    check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temps(out_dir.parent, out_dir.name)  # a killed prepare's, of this dataset
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
