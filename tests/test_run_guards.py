@@ -30,10 +30,10 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in KERNEL_ENV}
 
 
-def train_cmd(out: Path, env: dict[str, str]) -> dict:
+def train_cmd(out: Path, env: dict[str, str], before: tuple[str, ...] = ()) -> dict:
     args = ["--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--threads", "1"]
     subprocess.run(
-        [sys.executable, "-m", "psrnn", "train", *args, "--out", str(out)],
+        [sys.executable, "-m", "psrnn", *before, "train", *args, "--out", str(out)],
         env=env,
         check=True,
         capture_output=True,
@@ -53,6 +53,35 @@ def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_p
     assert (tmp_path / "hand" / "history.csv").read_bytes() == (
         tmp_path / "snake" / "history.csv"
     ).read_bytes()
+    # battery 27.1: `-q` (or -v) before the command had trained outside the job_env, and an
+    # abbreviated `--conf` too (test_acc 0.635 against Snakemake's 0.655 on small.yaml)
+    quiet_first = train_cmd(tmp_path / "quiet", clean_env(), before=("-q",))
+    assert quiet_first["kernel_env"] == suite["job_env"] and quiet_first["test"] == by_hand["test"]
+    abbreviated = subprocess.run(
+        [sys.executable, "-m", "psrnn", "train", "--conf", RELREG_CI, "--experiment", "lstm_l2"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert abbreviated.returncode == 2
+    assert abbreviated.stderr.splitlines()[-1].endswith(
+        "error: the following arguments are required: --config"
+    )
+
+
+def test_verbosity_before_the_command_moves_behind_its_name():
+    from psrnn.cli import command_first
+
+    assert command_first(["-q", "train", "--config", "x"]) == ["train", "-q", "--config", "x"]
+    assert command_first(["-v", "--quiet", "restamp", "--jobs", "2"]) == [
+        "restamp",
+        "-v",
+        "--quiet",
+        "--jobs",
+        "2",
+    ]
+    for unchanged in (["train", "-q"], ["--version"], ["-q"], ["-q", "--version"], []):
+        assert command_first(unchanged) == unchanged
 
 
 def test_a_checkpoint_resumes_only_under_the_kernels_it_was_written_with(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 import sys
 
-from psrnn.cli import main
+from psrnn.cli import command_first, main
 from psrnn.engine import jobenv
 
-jobenv.apply(sys.argv[1:])  # `train` under its suite's job_env, as Snakemake runs it
-raise SystemExit(main())
+argv = command_first(sys.argv[1:])
+jobenv.apply(argv)  # `train` under its suite's job_env, as Snakemake runs it
+raise SystemExit(main(argv))

@@ -90,13 +90,17 @@ ANSWERS = frozenset({"config"})
 def build_parser() -> argparse.ArgumentParser:
     from psrnn import __version__
 
-    parser = argparse.ArgumentParser(prog="python -m psrnn", description=__doc__.splitlines()[0])
+    # allow_abbrev=False here and below: `train --conf X` had trained outside its suite's job_env
+    # (psrnn.engine.jobenv reads the command line before this parser: only whole option names)
+    parser = argparse.ArgumentParser(
+        prog="python -m psrnn", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("--version", action="version", version=f"psrnn {__version__}")
     add_verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     chosen = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.set_defaults(_module=module)
         add_verbosity(p, argparse.SUPPRESS)
         if name == chosen:  # only the chosen command's module is imported
@@ -221,6 +225,21 @@ def unloadable(err: ImportError) -> str | None:
     if "shared object" not in text:
         return None
     return f"could not load a library ({text}): check `ulimit -v` and the install"
+
+
+VERBOSITY = frozenset({"-q", "--quiet", "-v", "--verbose"})
+
+
+def command_first(argv: list[str]) -> list[str]:
+    """`argv` with -q/-v given before the command moved behind its name (every command takes
+    them; the same namespace): `-q train --config X` had trained outside its suite's job_env,
+    which psrnn.engine.jobenv finds on a command line that starts with the command."""
+    lead = 0
+    while lead < len(argv) and argv[lead] in VERBOSITY:
+        lead += 1
+    if 0 < lead < len(argv) and not argv[lead].startswith("-"):
+        return [argv[lead], *argv[:lead], *argv[lead + 1 :]]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
