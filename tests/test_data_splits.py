@@ -166,11 +166,64 @@ def test_c84_manifest_values_training_cannot_use(change, says, mnist, tmp_path, 
 
 
 def test_c83_labels_beyond_the_manifests_classes(mnist, tmp_path, capsys):
-    edit_manifest(mnist, num_classes=5)
+    edit_manifest(mnist, num_classes=5, classes=list("01234"))
     assert refused(mnist, tmp_path, capsys) == (
         f"{mnist / 'train.pt'} is damaged (labels 0..9 outside 0..4 (manifest.json's num_classes 5)): "
         f"{rerun('mnist')}"
     )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"scale": 1.0},  # N40: 8-bit pixels fed as 0..255 (test_acc 0.08 against 0.065)
+        {"num_classes": 11, "classes": [*"0123456789", "x"], "class_balance.train": [6] * 11},  # N42
+        {"split_seed": 1},  # any value of the manifest prepare did not write
+    ],
+)
+def test_a_hand_edited_manifest_is_not_the_one_prepare_wrote(change, mnist, tmp_path, capsys):
+    """Battery N40/N42/N79: values of manifest.json that size or scale the model, edited by
+    hand and consistent with each other, trained with exit 0; splits.sha256 holds the
+    manifest's sha256 too now."""
+    edit_manifest(mnist, **change)
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'manifest.json'} is not the file prepare wrote (sha256 differs from {CHECKSUMS}): "
+        f"{rerun('mnist')}"
+    )
+
+
+def test_an_edited_alphabet_is_not_the_manifest_prepare_wrote(imdb, tmp_path, capsys):
+    m = read_manifest(imdb)
+    edit_manifest(imdb, features=m["features"] + 1, alphabet=[*m["alphabet"], "~"])  # N79
+    assert refused(imdb, tmp_path, capsys, "imdb") == (
+        f"{imdb / 'manifest.json'} is not the file prepare wrote (sha256 differs from {CHECKSUMS}): "
+        f"{rerun('imdb')}"
+    )
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"num_classes": 11}, "num_classes 11 but 10 class names"),
+        ({"num_classes": 11, "classes": [*"0123456789", "x"]}, None),
+    ],
+)
+def test_classes_that_disagree_in_a_folder_without_checksums(change, says, mnist, tmp_path, capsys):
+    """Without splits.sha256 (older psrnn) the manifest's class counts must still agree:
+    num_classes with the class names and with each split's class_balance (a list of another
+    length had been skipped)."""
+    (mnist / CHECKSUMS).unlink()
+    edit_manifest(mnist, **change)
+    if says:
+        assert (
+            refused(mnist, tmp_path, capsys)
+            == f"{mnist / 'manifest.json'} is damaged ({says}): {rerun('mnist')}"
+        )
+    else:
+        assert refused(mnist, tmp_path, capsys) == (
+            f"{mnist / 'train.pt'} is damaged (manifest.json's class_balance lists 10 classes but "
+            f"num_classes says 11): {rerun('mnist')}"
+        )
 
 
 def test_c85_a_symbol_outside_the_alphabet(imdb, tmp_path, capsys):
@@ -208,8 +261,8 @@ def test_a_damaged_checksum_file_is_one_line(mnist, tmp_path, capsys):
 def test_the_checksums_are_sha256sum_lines_beside_an_unchanged_manifest(fresh):
     for folder in fresh.values():
         assert read_checksums(folder) == {
-            f"{s}.pt": hashlib.sha256((folder / f"{s}.pt").read_bytes()).hexdigest()
-            for s in ("train", "valid", "test")
+            name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            for name in ("train.pt", "valid.pt", "test.pt", "manifest.json")
         }
         assert (folder / CHECKSUMS).read_text().splitlines()[0].endswith("  train.pt")
         assert "sha256" not in (folder / "manifest.json").read_text()  # the data identity's bytes

@@ -6,7 +6,8 @@ The prepared format (what `prepare` writes and training reads), per dataset fold
     train.pt          torch.save'd dict, see below
     valid.pt
     test.pt
-    splits.sha256     sha256 of each split file, `sha256sum` format (absent in folders of older psrnn)
+    splits.sha256     sha256 of each split file and of manifest.json, `sha256sum` format (older
+                      psrnn wrote none, then one without the manifest's line: both still load)
 
 Each split file is a dict of tensors:
     images (mnist, fmnist, cifar10):  x uint8 (N, T, F) raw 8-bit values, y int64 (N,)

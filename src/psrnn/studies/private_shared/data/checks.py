@@ -7,8 +7,10 @@ and agrees with the manifest, and each split file is the one `prepare` wrote.
     checksum_problem(folder, split)                # (file at fault, what is wrong) or None
 
 `splits.sha256` (written by `prepare` beside manifest.json, `sha256sum` format: one
-"<sha256>  <file>" line per split file, so `sha256sum -c splits.sha256` in the folder
-checks it too) ties the split files to the manifest they were written with. It is a file
+"<sha256>  <file>" line per split file and one for manifest.json, so `sha256sum -c
+splits.sha256` in the folder checks it too) ties the split files and the manifest they were
+written with together (a hand edit of the manifest's scale, classes or alphabet is refused;
+folders written before its manifest line have none, and load without that check). It is a file
 of its own: the data identity of a run is the md5 of manifest.json, whose bytes stay what
 they were. A folder prepared before it existed has none and loads without the check (the
 class balance check still catches most swapped splits). Each file is hashed once per
@@ -28,6 +30,7 @@ from typing import Any
 import torch
 
 CHECKSUMS = "splits.sha256"
+MANIFEST = "manifest.json"
 IMAGE_DTYPE = torch.uint8  # images: raw 8-bit values (N, T, F)
 TEXT_DTYPE = torch.uint8  # text: symbol indices (L,), ragged by offsets
 INDEX_DTYPE = torch.int64  # labels y (N,) and text offsets (N + 1,)
@@ -56,6 +59,9 @@ def manifest_problem(m: dict[str, Any]) -> str | None:
         return f"scale {scale!r}: expected a finite number > 0"
     if m.get("steps") is not None and (not _count(m["steps"]) or m["steps"] < 1):
         return f"steps {m['steps']!r}: expected an integer >= 1"
+    classes = m.get("classes")
+    if isinstance(classes, list) and len(classes) != m["num_classes"]:
+        return f"num_classes {m['num_classes']} but {len(classes)} class names"
     alphabet = m.get("alphabet")
     if m["input"] == "categorical" and isinstance(alphabet, list) and len(alphabet) != m["features"]:
         return f"features {m['features']} but an alphabet of {len(alphabet)} symbols"
@@ -135,8 +141,13 @@ def class_balance_problem(y: torch.Tensor, m: dict[str, Any], split: str) -> str
     """The split's labels counted per class against manifest.json's class_balance (when it
     has one): another split's rows of the same size count otherwise."""
     recorded = (m.get("class_balance") or {}).get(split)
-    if not isinstance(recorded, list) or len(recorded) != m["num_classes"]:
+    if not isinstance(recorded, list):
         return None
+    if len(recorded) != m["num_classes"]:
+        return (
+            f"manifest.json's class_balance lists {len(recorded)} classes but num_classes says "
+            f"{m['num_classes']}"
+        )
     found = torch.bincount(y, minlength=m["num_classes"]).tolist()
     if found != recorded:
         return f"labels per class {found} but manifest.json's class_balance says {recorded}"
@@ -186,14 +197,15 @@ def checksum_problem(folder: Path, split: str) -> tuple[Path, str] | None:
     name = f"{split}.pt"
     if name not in recorded:
         return folder / CHECKSUMS, f"is damaged (no line for {name})"
-    path = folder / name
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_ino, st.st_mtime_ns, recorded[name])
-    if key in _VERIFIED:
-        return None
-    with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, "sha256").hexdigest()
-    if digest != recorded[name]:
-        return path, f"is not the file prepare wrote (sha256 differs from {CHECKSUMS})"
-    _VERIFIED.add(key)
+    for each in (name, MANIFEST) if MANIFEST in recorded else (name,):  # a manifest line: newer prepare
+        path = folder / each
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_ino, st.st_mtime_ns, recorded[each])
+        if key in _VERIFIED:
+            continue
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        if digest != recorded[each]:
+            return path, f"is not the file prepare wrote (sha256 differs from {CHECKSUMS})"
+        _VERIFIED.add(key)
     return None

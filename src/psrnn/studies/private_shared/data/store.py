@@ -58,8 +58,9 @@ def write_prepared(
             torch.save(splits[split], buf)
             files.write_bytes(tmp / f"{split}.pt", buf.getvalue())
             digests[f"{split}.pt"] = sha256_bytes(buf.getvalue())
-        files.write_text(tmp / CHECKSUMS, checksums_text(digests))  # never in manifest.json (data identity)
         files.write_json(tmp / "manifest.json", manifest)
+        digests["manifest.json"] = sha256_bytes((tmp / "manifest.json").read_bytes())
+        files.write_text(tmp / CHECKSUMS, checksums_text(digests))  # never in manifest.json (data identity)
         old = None
         if out_dir.exists():
             # a folder cannot be replaced in one rename: move the old one aside first
