@@ -11,9 +11,13 @@ import sys
 import yaml
 
 from psrnn import config as C
+from psrnn import workflow as W
+from psrnn.engine.stale import stale_runs
+from psrnn.files import read_json, write_json
 from psrnn.studies.private_shared.data.fixtures import write_fixtures
 
 SCRIPT = C.ROOT / "results" / "quick-imdb" / "gpu-10min.sh"
+RESTAMP = C.ROOT / "results" / "quick-imdb" / "gpu-restamp.sh"
 CONFIG = C.ROOT / "config" / "quick-imdb-10min.yaml"
 
 
@@ -82,3 +86,20 @@ def test_the_script_runs_search_select_reuse_and_compile_at_toy_scale(tmp_path, 
         assert final["reused_from"]  # the selected search run is the final run, not trained twice
     report = (root / "REPORT.md").read_text()
     assert "| optimizer | SGDR | adam |" in report  # the recipe of ours, listed as a deviation
+
+    # the proof script (gpu-restamp.sh), on the same toy: its runs stamped as made by other
+    # training code are trained again (the 8 search runs; the 4 final runs reused theirs),
+    # give their numbers and are re-stamped; nothing is left stale
+    toy_suite = C.load_suite(toy)
+    for metrics in root.rglob("metrics.json"):
+        write_json(metrics, {**read_json(metrics), "training_code": "f" * 64})
+    for exp in C.enabled_experiments(toy_suite):
+        selected = C.selection_path(toy_suite, exp)
+        write_json(selected, {**read_json(selected), **W.selection_stamp(toy_suite, exp, digest="f" * 64)})
+    assert len(stale_runs(toy_suite, code=True)) == 12
+    env["JOBS"] = "2"
+    res = subprocess.run(["bash", str(RESTAMP)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert sum(ln.startswith("same numbers: ") for ln in res.stdout.splitlines()) == 8
+    assert "gpu-restamp: rc 0 after" in res.stdout and "(CUDA MPS: 0)" in res.stdout
+    assert stale_runs(toy_suite, code=True) == []

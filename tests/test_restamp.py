@@ -18,6 +18,7 @@ from psrnn import config as C
 from psrnn import workflow as W
 from psrnn.engine import codehash
 from psrnn.engine.stale import stale_runs
+from psrnn.errors import UserError
 from psrnn.files import read_json, write_json
 
 OLD = "f" * 64  # the digest of some other training code
@@ -495,6 +496,11 @@ def test_a_run_is_trained_again_on_the_kind_of_device_it_trained_on(ci, tmp_path
             in line
         )
         assert snapshot(C.results_root(cfg)) == before
+    # with --jobs N the check comes before the workers start (they had each loaded torch and
+    # the data first, then refused one by one)
+    monkeypatch.setattr(retrain, "retrain_all", lambda *a: pytest.fail("workers started before the check"))
+    with pytest.raises(UserError, match="this machine has no GPU under torch"):
+        retrain.prove(cfg, runs, {p: read_json(p) for p in runs}, "ci.yaml", jobs=2)
 
 
 @pytest.mark.parametrize(

@@ -194,6 +194,8 @@ def prove(
     retrained: list[Path] = []
     todo = units(cfg, targets, records)
     groups = [together for _, together in todo]
+    for member in (m for together in groups for m in together):  # a GPU run elsewhere: before any work
+        device_for(member, records.get(member) or read_json(member))
     with tempfile.TemporaryDirectory(prefix="psrnn-restamp-") as tmp:
         for (source, together), diffs in zip(todo, retrain_all(cfg, groups, Path(tmp), jobs), strict=False):
             for member, diff in diffs.items():
