@@ -4,6 +4,7 @@ after `--configfile` that is no file), its traceback is Snakemake's, and docs/wo
 says what it means; these tests pin what Snakemake prints, so a change in it is seen."""
 
 import os
+import shutil
 from pathlib import Path
 
 from test_workflow import SMALL, snakemake
@@ -75,3 +76,24 @@ def test_a_read_only_folder_is_named_in_one_line(tmp_path, monkeypatch):
         f"{tmp_path}/results/small cannot be made"
     )
     (tmp_path / "results").chmod(0o755)
+
+
+def test_a_module_that_does_not_parse_stops_snakemake_in_one_line(tmp_path):
+    """battery N8: a typo in a module the training jobs import was an 8-frame
+    InputFunctionException per planned job (the digest is read in the input functions). The
+    Snakefile now takes the study's training digest before planning: one line naming it."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "psrnn", src / "psrnn", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "config").symlink_to(ROOT / "config")  # the schema, found beside src/
+    proto = src / "psrnn" / "studies" / "relreg" / "proto.py"
+    proto.write_text(proto.read_text() + "def broken(:\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    res = snakemake(
+        "-n", "--configfile", str(ROOT / "config" / "relreg-ci.yaml"), cwd=work, env={"PYTHONPATH": str(src)}
+    )
+    assert res.returncode != 0 and "Traceback" not in res.stdout + res.stderr
+    assert lines(res)[-1] == (
+        f"psrnn: {proto}:124: invalid syntax: the code does not parse (every module a job imports "
+        "is read for its code digest): fix it and run again"
+    )
