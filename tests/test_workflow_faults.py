@@ -97,3 +97,22 @@ def test_a_module_that_does_not_parse_stops_snakemake_in_one_line(tmp_path):
         f"psrnn: {proto}:124: invalid syntax: the code does not parse (every module a job imports "
         "is read for its code digest): fix it and run again"
     )
+
+
+def test_a_deeply_nested_configfile_or_a_one_letter_config_key_is_snakemake_s_own_stack(tmp_path):
+    """battery 51.11c and N12: both fail in Snakemake's own code before the Snakefile runs,
+    so docs/workflow.md names them and `psrnn config <file>` as the check to run first."""
+    nest = tmp_path / "nest.yaml"
+    nest.write_text(
+        f"extends: {ROOT / 'config' / 'relreg-ci.yaml'}\nname: nest\nnote: {'[' * 20000}{']' * 20000}\n"
+    )
+    res = snakemake("-n", "--configfile", str(nest), cwd=tmp_path)
+    assert res.returncode != 0  # "... exceeded while calling a Python object" here, worded by Python
+    assert any(line.startswith("RecursionError: maximum recursion depth exceeded") for line in lines(res))
+    res = snakemake("-n", "--configfile", str(SMALL), "--config", "k=v", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "ValueError: Invalid config definition: Config entry must start with a valid identifier." in lines(
+        res
+    )
+    assert "RecursionError" in DOC and "Config entry must start with a valid identifier" in DOC
+    assert "python -m psrnn config <file>" in DOC
