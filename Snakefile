@@ -19,6 +19,8 @@ from snakemake.utils import min_version
 
 from psrnn import config as C
 from psrnn import registry
+from psrnn.compile import check_folder_study
+from psrnn.engine import codehash
 from psrnn.engine import groups as G
 from psrnn import workflow as W
 from psrnn.errors import UserError
@@ -59,6 +61,8 @@ if not workflow.overwrite_configfiles:
 try:
     CFG = C.load_suite(SUITE)
     W.check_stamped_files(CFG)  # a damaged manifest.json or selected.json: stop before planning
+    codehash.training_digest(registry.study_name(CFG))  # code that does not parse: here, not per job
+    check_folder_study(CFG, SUITE)  # results/<name> compiled by another study: a name of its own
     if why := unwritable(C.results_root(CFG)):  # a read-only results folder: one line, not a stack per job
         raise UserError(why)
 except UserError as err:  # one line, as the CLI says it: a traceback of our frames helps no one

@@ -12,6 +12,7 @@ from psrnn import config as C
 from psrnn import registry
 from psrnn import workflow as W
 from psrnn.engine import codehash
+from psrnn.errors import UserError
 
 JOBS = codehash.jobs()
 PS = "psrnn/studies/private_shared"
@@ -88,6 +89,34 @@ def test_a_byte_order_mark_or_a_coding_cookie_keeps_the_digest(tmp_path):
     assert digests(src) == before
     epoch.write_bytes(cookie.replace("# é", "\nS = 'é'").encode("latin-1"))  # a real change, in latin-1
     assert digests(src)["private_shared-train"] != before["private_shared-train"]
+
+
+@pytest.mark.parametrize(
+    ("appended", "line", "why"),
+    [
+        ("def broken(:\n", 124, "invalid syntax"),
+        ("if True:\npass\n", 125, "expected an indented block after 'if' statement on line 124"),
+    ],
+)
+def test_a_module_that_does_not_parse_is_one_line_naming_its_file_and_line(tmp_path, appended, line, why):
+    """A developer's typo in a module a training job imports (battery N8): code-digest gave a
+    full stack and Snakemake's planning an 8-frame InputFunctionException. Now the digest
+    raises a UserError naming the file and line (the CLI and the Snakefile print it as one
+    line); the file is found through the study's imports, as the jobs find it."""
+    src = copy_src(tmp_path)
+    proto = src / "psrnn/studies/relreg/proto.py"
+    assert len(proto.read_text().splitlines()) == 123  # so the appended lines are 124 on
+    proto.write_text(proto.read_text() + appended)
+    roots, scope = JOBS["relreg-train"]
+    with pytest.raises(UserError) as err:
+        codehash.digest(roots, scope, src)
+    assert str(err.value) == (
+        f"{proto}:{line}: {why}: the code does not parse (every module a job imports is read "
+        "for its code digest): fix it and run again"
+    )
+    proto.write_bytes(b"X = 1\0\n")  # a NUL byte: ValueError before Python 3.12, SyntaxError after
+    with pytest.raises(UserError, match=f"^{proto}(:1)?: source code (string )?cannot contain null bytes: "):
+        codehash.digest(roots, scope, src)
 
 
 @pytest.mark.parametrize(

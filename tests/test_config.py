@@ -230,6 +230,43 @@ def test_extends_cycle_and_missing_base_are_errors(tmp_path):
         C.load_yaml(tmp_path / "c.yaml")
 
 
+def test_a_config_named_like_another_file_of_its_folder_is_refused_unless_it_extends_it(tmp_path):
+    """battery N28: a relreg config named `small` (or a copy of small.yaml that kept its
+    name) passed `psrnn config`, and its compile replaced the committed results/small.
+    results/<name> is <name>.yaml's: another file of the folder may use the name only by
+    extending it, or being extended by it (paper-dbpedia.yaml shares paper's runs so)."""
+    real = C.ROOT / "config"
+    (tmp_path / "small.yaml").write_text(f"extends: {real / 'small.yaml'}\n")  # the owner: name small
+    (tmp_path / "mine.yaml").write_text(f"extends: {real / 'relreg-ci.yaml'}\nname: small\n")
+    (tmp_path / "copy.yaml").write_text(SMALL.read_text())  # `cp small.yaml copy.yaml`, name kept
+    for bad in ("mine.yaml", "copy.yaml"):
+        with pytest.raises(C.ConfigError) as err:
+            C.load_suite(tmp_path / bad)
+        assert str(err.value) == (
+            f"{tmp_path / bad}: name: 'small' is small.yaml's (its results folder results/small): "
+            "give this config a name of its own (or extend small.yaml to share its runs)"
+        )
+    (tmp_path / "share.yaml").write_text("extends: small.yaml\nseeds: [0]\n")  # small's runs, shared
+    (tmp_path / "twice.yaml").write_text("extends: share.yaml\n")  # through another
+    (tmp_path / "own.yaml").write_text("extends: small.yaml\nname: own\n")
+    (tmp_path / "base.yaml").write_text(f"extends: {real / 'small.yaml'}\nname: kid\n")
+    (tmp_path / "kid.yaml").write_text("extends: base.yaml\n")  # the base of kid.yaml may bear its name
+    loaded = {
+        f: C.load_suite(tmp_path / f)["name"]
+        for f in ("small.yaml", "share.yaml", "twice.yaml", "own.yaml", "base.yaml", "kid.yaml")
+    }
+    assert loaded == {
+        "small.yaml": "small",
+        "share.yaml": "small",
+        "twice.yaml": "small",
+        "own.yaml": "own",
+        "base.yaml": "kid",
+        "kid.yaml": "kid",
+    }
+    (tmp_path / "small.yaml").unlink()  # no file bears the name: the folder is compile's to guard
+    assert C.load_suite(tmp_path / "mine.yaml")["name"] == "small"
+
+
 # --- model sizes vs the paper's #Param column ------------------------------------------------
 
 

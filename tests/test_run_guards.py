@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_training import Interrupt, kill_at, quiet, small_cfg, write_images
 
+from psrnn import compile as compile_cmd
 from psrnn import config as C
 from psrnn.cli import main
 from psrnn.engine.checkpoint import KERNEL_ENV, ConfigChanged
@@ -423,6 +424,45 @@ def test_compile_refuses_an_empty_search_record(relreg_results, capsys):
     path.write_text("{}")
     assert main(["compile", "--config", str(C.ROOT / "config" / "relreg.yaml")]) == 2
     assert "not a finished run's record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "folder, base, was, study",
+    [
+        ("small", "relreg-ci.yaml", "private_shared", "relreg"),
+        ("relreg", "small.yaml", "relreg", "private_shared"),
+    ],
+)
+def test_compile_refuses_a_folder_another_studys_compile_wrote(
+    tmp_path, monkeypatch, capsys, folder, base, was, study
+):
+    """battery N28: a relreg config named `small` compiled "26 files in results/small (study
+    relreg)", replacing the committed REPORT.md, metrics.json and scores.json. Its
+    metrics.json names the study that wrote it (the first study's, compiled before the
+    field, none: read as a config without `study:` is); another study's compile stops in
+    one line and writes nothing. Here the config lies outside config/, where no file bears
+    its name (psrnn.config.check_name_owner), as a user's scratch config would."""
+    committed = C.ROOT / "results" / folder
+    kept = ["metrics.json", "REPORT.md"]
+    (tmp_path / "results" / folder).mkdir(parents=True)
+    for name in kept:
+        shutil.copy2(committed / name, tmp_path / "results" / folder / name)
+    assert ("study" in json.loads((committed / "metrics.json").read_text())) == (folder == "relreg")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"extends: {C.ROOT / 'config' / base}\nname: {folder}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "--config", str(mine)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"psrnn compile: error: {mine}: results/{folder} holds study {was}'s compiled results (its "
+        f"metrics.json), not study {study}'s: give this config a name of its own; nothing was written"
+    ]
+    assert sorted(p.name for p in (tmp_path / "results" / folder).iterdir()) == sorted(kept)
+    assert all((tmp_path / "results" / folder / n).read_bytes() == (committed / n).read_bytes() for n in kept)
+    # its own study's config passes; so does a folder without a (readable) metrics.json
+    own = C.load_suite(C.ROOT / "config" / f"{folder}.yaml")
+    assert compile_cmd.check_folder_study(own, "x") is None
+    (tmp_path / "results" / folder / "metrics.json").write_text("{cut")
+    assert compile_cmd.check_folder_study(C.load_suite(mine), "x") is None
 
 
 def test_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,7 @@ follow), the layers' import rule (study_imports), nothing below the Snakefile he
 importing it (helper_imports), none longer than MAX_LINES."""
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from psrnn.config import ROOT
+from psrnn.engine import codehash
 from psrnn.engine.codehash import import_graph, modules
 
 RUFF = Path(sys.executable).parent / "ruff"
@@ -263,42 +265,113 @@ def test_nothing_below_the_snakefile_helper_imports_it():
 # is followed only where that string is a field of a study's registry entry, which the digest
 # takes as a root (codehash.jobs): the engine's three loaders below. Anywhere else in the code
 # the digests cover (engine/ and the studies), a string import would let a real change to
-# the module it loads re-train nothing, so it is refused here.
-LOADERS = {"import_module", "__import__", "load", "run_module", "run_path", "spec_from_file_location"}
-ALLOWED_STRING_IMPORTS = {  # module -> the registry fields it loads (each a digest root)
-    "psrnn.engine.group": {"study.fused"},  # batched_class
-    "psrnn.engine.groups": {"ref"},  # group_key: registry.of_settings(run).group_key
-    "psrnn.engine.hooks": {"ref"},  # _hooks: the study's hooks
+# the module it loads re-train nothing, so it is refused here. The rule matched call names
+# only, so an alias got past it (battery 51.8a': `from importlib import import_module as
+# _im; _im("...")`, `getattr(importlib, "import_module")`, importlib.util's exec_module): it
+# now refuses the means, not the spellings: any import of the modules that load code by name
+# (BANNED), any reference to the builtins that do (BUILTINS) and any use of a binding of
+# either but a loader call, which is then judged by its argument. A deliberate gadget chain
+# (an object's __class__ walked to the builtins) is a reviewer's to catch, not a rule's.
+BANNED = ("importlib", "pkgutil", "runpy", "builtins", "imp", "zipimport")
+BUILTINS = {"__import__", "exec", "eval", "compile", "__builtins__"}
+LOADERS = {  # call names that load code named by their first argument
+    "import_module", "__import__", "run_module", "run_path", "spec_from_file_location",
+    "exec_module", "module_from_spec", "load_module", "find_spec", "reload", "exec", "eval", "compile",
+}  # fmt: skip
+REGISTRY_LOADERS = {"load", "load_studies"}  # psrnn.registry's: a "module:name" string -> its object
+ALLOWED_STRING_IMPORTS = {  # module -> what it may do of the above (each load a digest root)
+    "psrnn.engine.group": {"imports importlib", "loads study.fused by name"},  # batched_class
+    "psrnn.engine.groups": {"loads ref by name"},  # group_key: registry.of_settings(run).group_key
+    "psrnn.engine.hooks": {"loads ref by name"},  # _hooks: the study's hooks
 }
 
 
-def string_imports(tree: ast.Module) -> list[tuple[int, str]]:
-    """(line, argument) of each call that loads code named by a value: importlib.import_module,
-    __import__, registry.load, runpy, importlib.util.spec_from_file_location; and exec/eval."""
-    out = []
+def _banned(module: str) -> bool:
+    return module.split(".")[0] in BANNED
+
+
+def _is_loader(func: ast.Name | ast.Attribute, held: set[str], defined: set[str]) -> bool:
+    """A call of `func` loads code by name: a builtin or imported loader called by its own
+    name, or a module's loader (`importlib.import_module`, `registry.load`; not `model.eval`
+    nor `re.compile`, which are no builtins)."""
+    if isinstance(func, ast.Name):
+        return func.id in LOADERS and (func.id not in defined or func.id in held)
+    head, _, attr = ast.unparse(func).rpartition(".")
+    return attr in LOADERS - BUILTINS or (attr in REGISTRY_LOADERS and head in held)
+
+
+def code_loads(source: str | bytes, name: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, what) of each way module `name` (its source) may load code named by a value:
+    `imports importlib[.x]` (an import of a BANNED module, or of psrnn.registry's loaders),
+    `uses eval` (a builtin of BUILTINS the module does not define itself, or a binding of a
+    banned module or of psrnn.registry used other than to call a loader), `names 'runpy'` (a
+    string naming one, as sys.modules['importlib'] would) and `loads ARG by name` (a loader
+    called, ARG its first argument without str())."""
+    tree = ast.parse(source)
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out: list[tuple[int, str]] = []
+    held: set[str] = set()  # the spellings that hold a banned module or one of its names
+    registry = {"registry"}  # ... psrnn.registry (the name it is known by in the code)
+    defined = set()  # names the module binds itself (its own `compile`, say)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-        loads = name in LOADERS - {"load"} or (
-            name == "load" and isinstance(f, ast.Attribute) and ast.unparse(f.value) == "registry"
-        )
-        if loads or (isinstance(f, ast.Name) and name in {"exec", "eval"}):
-            arg = node.args[0] if node.args else None
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                if _banned(alias.name):
+                    out.append((node.lineno, f"imports {alias.name}"))
+                    held.add(bound)
+                elif alias.name == "psrnn.registry":
+                    registry.add(alias.asname or alias.name)
+                defined.add(bound)
+        elif isinstance(node, ast.ImportFrom):
+            target = codehash.import_target(node, package)
+            for alias in node.names:
+                full, bound = f"{target}.{alias.name}", alias.asname or alias.name
+                if _banned(target) or (target == "psrnn.registry" and alias.name in REGISTRY_LOADERS):
+                    out.append((node.lineno, f"imports {full}"))
+                    held.add(bound)
+                elif full == "psrnn.registry":
+                    registry.add(bound)
+                defined.add(bound)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _banned(node.value) or node.value in {"__builtins__", "__import__", "psrnn.registry"}:
+                out.append((node.lineno, f"names {node.value!r}"))
+        if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(parent.get(node), ast.Attribute):
+            continue  # a dotted name is judged whole: `importlib.util`, not `importlib`
+        spelt = ast.unparse(node)
+        head, _, attr = spelt.rpartition(".")
+        call = parent.get(node)
+        if isinstance(call, ast.Call) and call.func is node and _is_loader(node, held | registry, defined):
+            arg = call.args[0] if call.args else None
             if isinstance(arg, ast.Call) and ast.unparse(arg.func) == "str" and arg.args:
                 arg = arg.args[0]
-            out.append((node.lineno, ast.unparse(arg) if arg is not None else ""))
-    return out
+            out.append((node.lineno, f"loads {ast.unparse(arg) if arg is not None else ''} by name"))
+        elif (
+            spelt.split(".")[0] in held
+            or spelt in registry
+            or (head in registry and attr in REGISTRY_LOADERS)
+        ):
+            out.append((node.lineno, f"uses {spelt}"))
+        elif isinstance(node, ast.Name) and node.id in BUILTINS and node.id not in defined:
+            out.append((node.lineno, f"uses {node.id}"))
+    return sorted(set(out))
 
 
 def string_import_breaches(src: Path) -> list[str]:
     return [
-        f"{name}:{line}: loads {arg} by name"
+        f"{name}:{line}: {what}"
         for name, path in sorted(modules(src).items())
         if name.startswith(("psrnn.engine", STUDIES))
-        for line, arg in string_imports(ast.parse(path.read_bytes()))
-        if arg not in ALLOWED_STRING_IMPORTS.get(name, set())
+        for line, what in code_loads(path.read_bytes(), name, path.name == "__init__.py")
+        if what not in ALLOWED_STRING_IMPORTS.get(name, set())
     ]
 
 
@@ -322,10 +395,71 @@ def test_the_string_import_rule_sees_a_study_module_loaded_by_name(tmp_path):
         },
     )
     assert string_import_breaches(tmp_path) == [
+        "psrnn.studies.relreg.proto:1: imports importlib",
         "psrnn.studies.relreg.proto:3: loads 'psrnn.studies.relreg.extra' by name",
         "psrnn.studies.relreg.proto:4: loads 'psrnn.studies.relreg.extra:f' by name",
         "psrnn.studies.relreg.proto:5: loads name by name",
         "psrnn.studies.relreg.proto:6: loads code by name",
+    ]
+
+
+EXTRA = "'psrnn.studies.relreg.extra'"
+
+
+@pytest.mark.parametrize(
+    ("planted", "found"),
+    [  # battery 51.8a': an alias of the loader
+        (
+            f"from importlib import import_module as _im\n_extra = _im({EXTRA})\n",
+            ["1: imports importlib.import_module", "2: uses _im"],
+        ),
+        (
+            f"import importlib\n_extra = getattr(importlib, 'import_module')({EXTRA})\n",
+            ["1: imports importlib", "2: uses importlib"],
+        ),
+        (
+            "import importlib.util as u\ns = u.spec_from_file_location('x', path)\ns.loader.exec_module(m)\n",
+            ["1: imports importlib.util", "2: loads 'x' by name", "3: loads m by name"],
+        ),
+        ("from importlib.util import module_from_spec\n", ["1: imports importlib.util.module_from_spec"]),
+        (
+            "import pkgutil\nfor m in pkgutil.iter_modules(path):\n    pass\n",
+            ["1: imports pkgutil", "2: uses pkgutil.iter_modules"],
+        ),
+        ("import runpy as r\nr.run_path(p)\n", ["1: imports runpy", "2: loads p by name"]),
+        ("from runpy import run_module as go\ngo(m)\n", ["1: imports runpy.run_module", "2: uses go"]),
+        ("from builtins import exec as ex\nex(code)\n", ["1: imports builtins.exec", "2: uses ex"]),
+        (
+            "import sys\nm = sys.modules['importlib'].import_module(x)\n",
+            ["2: loads x by name", "2: names 'importlib'"],
+        ),
+        ("f = eval\nf(text)\n", ["1: uses eval"]),
+        ("g = compile(text, 'f', 'exec')\n", ["1: loads text by name"]),
+        ("m = __builtins__['__import__'](x)\n", ["1: names '__import__'", "1: uses __builtins__"]),
+        (
+            "from psrnn.registry import load\nf = load(ref)\n",
+            ["1: imports psrnn.registry.load", "2: uses load"],
+        ),
+        ("from ... import registry as r\nf = getattr(r, 'load')(ref)\n", ["2: uses r"]),
+        ("import psrnn.registry\nf = psrnn.registry.load(ref)\n", ["2: loads ref by name"]),
+        # what loads nothing: a module's own `compile`, a model's eval(), a regex
+        ("def compile(x):\n    return x\ny = compile(1)\nmodel.eval()\nr = re.compile('a')\n", []),
+    ],
+)
+def test_the_string_import_rule_refuses_every_spelling_of_a_loader(tmp_path, planted, found):
+    """Each evasion form planted in relreg/proto.py of a copy of the package is refused, with
+    its line; the real group.py's allowed load stays allowed, and the same module may not
+    use importlib otherwise."""
+    shutil.copytree(SRC / "psrnn", tmp_path / "psrnn", ignore=shutil.ignore_patterns("__pycache__"))
+    proto = tmp_path / "psrnn" / "studies" / "relreg" / "proto.py"
+    proto.write_text(planted)
+    assert string_import_breaches(tmp_path) == [f"psrnn.studies.relreg.proto:{f}" for f in found]
+    group = tmp_path / "psrnn" / "engine" / "group.py"
+    group.write_text(group.read_text() + "\nimport importlib.util\n_f = getattr(importlib, 'reload')\n")
+    lines = len(group.read_text().splitlines())
+    assert string_import_breaches(tmp_path)[:2] == [
+        f"psrnn.engine.group:{lines - 1}: imports importlib.util",
+        f"psrnn.engine.group:{lines}: uses importlib",
     ]
 
 

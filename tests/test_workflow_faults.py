@@ -4,6 +4,7 @@ after `--configfile` that is no file), its traceback is Snakemake's, and docs/wo
 says what it means; these tests pin what Snakemake prints, so a change in it is seen."""
 
 import os
+import shutil
 from pathlib import Path
 
 from test_workflow import SMALL, snakemake
@@ -75,3 +76,43 @@ def test_a_read_only_folder_is_named_in_one_line(tmp_path, monkeypatch):
         f"{tmp_path}/results/small cannot be made"
     )
     (tmp_path / "results").chmod(0o755)
+
+
+def test_a_module_that_does_not_parse_stops_snakemake_in_one_line(tmp_path):
+    """battery N8: a typo in a module the training jobs import was an 8-frame
+    InputFunctionException per planned job (the digest is read in the input functions). The
+    Snakefile now takes the study's training digest before planning: one line naming it."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "psrnn", src / "psrnn", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "config").symlink_to(ROOT / "config")  # the schema, found beside src/
+    proto = src / "psrnn" / "studies" / "relreg" / "proto.py"
+    proto.write_text(proto.read_text() + "def broken(:\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    res = snakemake(
+        "-n", "--configfile", str(ROOT / "config" / "relreg-ci.yaml"), cwd=work, env={"PYTHONPATH": str(src)}
+    )
+    assert res.returncode != 0 and "Traceback" not in res.stdout + res.stderr
+    assert lines(res)[-1] == (
+        f"psrnn: {proto}:124: invalid syntax: the code does not parse (every module a job imports "
+        "is read for its code digest): fix it and run again"
+    )
+
+
+def test_a_deeply_nested_configfile_or_a_one_letter_config_key_is_snakemake_s_own_stack(tmp_path):
+    """battery 51.11c and N12: both fail in Snakemake's own code before the Snakefile runs,
+    so docs/workflow.md names them and `psrnn config <file>` as the check to run first."""
+    nest = tmp_path / "nest.yaml"
+    nest.write_text(
+        f"extends: {ROOT / 'config' / 'relreg-ci.yaml'}\nname: nest\nnote: {'[' * 20000}{']' * 20000}\n"
+    )
+    res = snakemake("-n", "--configfile", str(nest), cwd=tmp_path)
+    assert res.returncode != 0  # "... exceeded while calling a Python object" here, worded by Python
+    assert any(line.startswith("RecursionError: maximum recursion depth exceeded") for line in lines(res))
+    res = snakemake("-n", "--configfile", str(SMALL), "--config", "k=v", cwd=tmp_path)
+    assert res.returncode != 0
+    assert "ValueError: Invalid config definition: Config entry must start with a valid identifier." in lines(
+        res
+    )
+    assert "RecursionError" in DOC and "Config entry must start with a valid identifier" in DOC
+    assert "python -m psrnn config <file>" in DOC

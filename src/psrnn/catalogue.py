@@ -157,7 +157,9 @@ uv run --frozen python -m psrnn config --list                      # this page
 
 Each config is validated against [schema.yaml](schema.yaml) (JSON Schema 2020-12) before
 any job starts. A config may `extends:` another and change only what differs; a file of
-your own here (say `mine.yaml`, with a `name:` of its own) gets its own results folder.
+your own here (say `mine.yaml`, with a `name:` of its own) gets its own results folder;
+one that keeps another file's `name:` (a copy of small.yaml) is refused unless it extends
+that file, as paper-dbpedia.yaml shares paper.yaml's folder.
 The rows below come from each config's own `description:` and `catalogue: {hardware,
 cost}`, never from the file it extends ("not stated in the file" where it has none).
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
     study = registry.study_of(cfg)
     results_dir = C.results_root(cfg)
+    check_folder_study(cfg, args.config)
     with staged_outputs(results_dir, study.output_paths(cfg)) as staging:
         try:
             written = study.compile(cfg, staging, args.reference or C.ROOT / study.reference)
@@ -43,6 +46,28 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(str(err).replace(str(staging), str(results_dir))) from None
     print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
     return 0
+
+
+def check_folder_study(cfg: dict[str, Any], source: str | Path) -> None:
+    """Refuse a results folder another study's compile wrote: its metrics.json names the
+    study (`study`). A config of one study named like another's suite (`name: small` over
+    relreg-ci.yaml) compiled into results/small and replaced the first study's committed
+    REPORT.md, metrics.json and scores.json (battery N28). A metrics.json without `study`
+    is the first study's: its compile never wrote the field (the second study's always
+    has), which is how a suite config without `study:` reads too (registry.study_name). A
+    folder without one, or one that does not read, is no other study's compile: this one
+    writes it."""
+    folder = C.results_root(cfg)
+    try:
+        summary = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(summary, dict) or (was := registry.study_name(summary)) == registry.study_name(cfg):
+        return
+    raise UserError(
+        f"{source}: {folder} holds study {was}'s compiled results (its metrics.json), not study "
+        f"{registry.study_name(cfg)}'s: give this config a name of its own; nothing was written"
+    )
 
 
 @contextlib.contextmanager

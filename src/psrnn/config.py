@@ -273,7 +273,43 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> dic
     cfg = load_yaml(path)
     for key, value in (overrides or {}).items():
         cfg[key] = value
-    return validate_suite(cfg, source=str(path))
+    validate_suite(cfg, source=str(path))
+    check_name_owner(cfg, Path(path))
+    return cfg
+
+
+def check_name_owner(cfg: dict[str, Any], path: Path) -> None:
+    """results/<name> is <name>.yaml's where the config's own folder (config/) has that
+    file: another config may write there only through it, extending it (directly or not, as
+    paper-dbpedia.yaml extends paper.yaml and shares its runs) or extended by it. A copy of
+    small.yaml that kept `name: small`, or a config of another study named so, passed, and
+    its compile replaced the committed results/small (battery N28). Of the other files
+    only the one bearing the name is read (a broken config beside it stops no other), so
+    two files both named unlike themselves, or one outside config/, are compile's and the
+    Snakefile's to refuse where their studies differ (psrnn.compile.check_folder_study)."""
+    name, here = cfg["name"], path.resolve()
+    owner = (here.parent / f"{name}.yaml").resolve()
+    if owner == here or not owner.is_file() or owner in _extended(here) or here in _extended(owner):
+        return
+    raise ConfigError(
+        f"{path}: name: {name!r} is {owner.name}'s (its results folder results/{name}): give this "
+        f"config a name of its own (or extend {owner.name} to share its runs)"
+    )
+
+
+def _extended(path: Path) -> list[Path]:
+    """The files `path` extends, directly or not (load_yaml has refused a circle); a file
+    that does not read ends the chain (its own load names it)."""
+    out: list[Path] = []
+    while True:
+        try:
+            data = read_yaml(path)
+        except (ConfigError, OSError):
+            return out
+        base = data.get("extends") if isinstance(data, dict) else None
+        if not isinstance(base, str) or (path := (path.parent / base).resolve()) in out:
+            return out
+        out.append(path)
 
 
 def dataset_options(path: str | Path, dataset: str, section: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from psrnn import registry
+from psrnn.errors import UserError
 from psrnn.files import write_text
 
 SRC = Path(__file__).resolve().parents[2]  # the folder holding the package
@@ -91,8 +92,17 @@ def parse(path: Path) -> ast.Module:
     """The module's syntax tree from its bytes, as Python reads a source file: a UTF-8 byte
     order mark or a coding cookie (`# -*- coding: latin-1 -*-`) is honoured, where reading
     it as text broke the digest, Snakemake's planning and `psrnn train` on a module that
-    imports fine."""
-    return ast.parse(path.read_bytes(), filename=str(path))
+    imports fine. Code that does not parse is one line naming the file and line (a
+    developer's typo gave a stack from code-digest and 8 frames from Snakemake's planning)."""
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError) as err:  # ValueError: a NUL byte, before Python 3.12
+        where = f"{path}:{err.lineno}" if isinstance(err, SyntaxError) and err.lineno else str(path)
+        why = err.msg if isinstance(err, SyntaxError) else str(err)
+        raise UserError(
+            f"{where}: {why}: the code does not parse (every module a job imports is read for its "
+            "code digest): fix it and run again"
+        ) from None
 
 
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
