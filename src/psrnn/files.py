@@ -72,10 +72,23 @@ def write_json(target: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """The JSON file's value; a file that is not JSON (truncated, say) is a UserError naming it."""
+    """The JSON file's value; a file that is not JSON (truncated, say) is a UserError naming it,
+    and so is one with a key twice in one object: json keeps the last, a reader of the file
+    sees the first (a hand edit; psrnn never writes one)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise UserError(
+                    f"{path}: key {key!r} appears twice in one object (edited); delete it to make it again"
+                )
+            out[key] = value
+        return out
+
     with open(path) as fh:
         try:
-            return json.load(fh)
+            return json.load(fh, object_pairs_hook=unique)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise UserError(f"{path}: not a JSON file ({err}); delete it to make it again") from None
 
