@@ -448,8 +448,9 @@ def load_notes(results_dir: Path) -> list[str]:
 
 def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
     """A finished run's history.csv (`columns` and its epochs only, if given), None when it
-    has none; a damaged one (unreadable, a column missing, epochs other than 1..epochs_run of its metrics.json, as a cut file has) is a UserError naming it: compile never plots
-    or averages part of a run."""
+    has none; a damaged one (unreadable, a column missing, a value of `columns` that is no
+    number, epochs other than 1..epochs_run of its metrics.json, as a cut file has) is a
+    UserError naming it: compile never plots or averages part of a run."""
     p = run.dir / "history.csv"
     if not p.is_file():
         return None
@@ -458,6 +459,13 @@ def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFra
     except (ValueError, UnicodeDecodeError, OSError) as err:  # pandas' parser errors are ValueErrors
         why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"{p}: not a readable history ({why}); delete its folder") from None
+    for c in columns or ():  # a garbled value makes its column text, not numbers
+        if not pd.api.types.is_numeric_dtype(h[c]):
+            bad = pd.to_numeric(h[c], errors="coerce").isna() & h[c].notna()
+            row = h[bad].iloc[0]
+            raise UserError(
+                f"{p}: {c} = {row[c]!r} at epoch {row['epoch']} is not a number; delete its folder"
+            )
     ran = run.metrics.get("epochs_run")
     epochs = list(h["epoch"]) if "epoch" in h else []
     if isinstance(ran, int) and epochs != list(range(1, ran + 1)):
