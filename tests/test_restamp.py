@@ -529,6 +529,9 @@ def test_a_run_is_trained_again_on_the_kind_of_device_it_trained_on(ci, tmp_path
         ('{"restamps": [{"to": 5}]}', "restamps[0].to is 5, not str"),
         ('{"restamps": [{"restamped_runs": true}]}', "restamps[0].restamped_runs is True, not a count"),
         (None, "not a file (restamp writes its proof there): move it away and run again"),
+        # 51.3c: a truncated proof file said "delete it to make it again", losing its proofs
+        ('{"restamps": [', "not a JSON file (Expecting value: line 1 column 15 (char 14))"),
+        ('{"restamps": [], "restamps": []}', "key 'restamps' appears twice in one object (edited)"),
     ],
 )
 def test_a_damaged_proof_record_is_one_line_before_anything_trains(suite, text, message):

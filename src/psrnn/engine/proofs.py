@@ -71,16 +71,13 @@ def earlier_proofs(path: Path) -> list[dict[str, Any]]:
         return []
     if not path.is_file():
         raise UserError(f"{path}: not a file (restamp writes its proof there): move it away and run again")
-    found = read_json(path)
+    restore = f"restore it from git (git checkout -- {path}) and run again"
+    found = read_json(path, remedy=restore)  # truncated: deleting it would lose its proofs
     if not isinstance(found, dict) or not isinstance(found.get("restamps"), list):
-        raise UserError(
-            f"{path}: no 'restamps' list; restore it from git (git checkout -- {path}) and run again"
-        )
+        raise UserError(f"{path}: no 'restamps' list; {restore}")
     for i, proof in enumerate(found["restamps"]):
         if problem := damaged(proof):
-            raise UserError(
-                f"{path}: restamps[{i}]{problem}; restore it from git (git checkout -- {path}) and run again"
-            )
+            raise UserError(f"{path}: restamps[{i}]{problem}; {restore}")
     return found["restamps"]
 
 
