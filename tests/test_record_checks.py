@@ -134,6 +134,20 @@ def test_compile_refuses_a_finished_run_missing_a_file(relreg_results, name, cap
     ), line
 
 
+def test_compile_with_a_final_run_missing_says_so_on_stderr(relreg_results, capsys):
+    """N06: compile with one final run's metrics.json gone said only "compile: 44 files",
+    though verdict cells had changed; one warning line now names how many and the first."""
+    (relreg_results / "runs" / "proto_both" / "seed1" / "metrics.json").unlink()
+    assert main(["compile", "--config", str(RELREG)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == "compile: 44 files in results/relreg (study relreg)"
+    assert err.strip().splitlines() == [
+        "compile: warning: 1 of 340 final runs not finished (no metrics.json; "
+        f"first: {RUN / 'metrics.json'}): the tables and verdicts count the 339 that are"
+    ], err
+    assert "Final runs: 339 of 340 finished" in (relreg_results / "REPORT.md").read_text()
+
+
 def point_overrides(point: str) -> dict[str, float]:
     """A grid point of relreg.yaml's proto_both: its overrides."""
     return dict(C.grid_points(C.load_suite(RELREG)["experiments"]["proto_both"]))[point]
