@@ -85,6 +85,43 @@ def test_compile_refuses_per_length_results_that_are_not_the_suites(relreg_resul
     assert line == f"{RUN / 'metrics.json'}: {says}; delete its folder", line
 
 
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        # N03: 0.45 beside lengths averaging 0.8444 changed Table 4.5's summary and scores.json
+        (
+            "test_acc",
+            0.45,
+            "test_acc = 0.45, but the mean of its test.<length>.seq_acc is 0.8444010416666666",
+        ),
+        (
+            "test_bit_acc",
+            0.97,
+            "test_bit_acc = 0.97, but the mean of its test.<length>.bit_acc is 0.9704416426401291",
+        ),
+    ],
+)
+def test_compile_refuses_a_summary_that_is_not_the_mean_of_its_lengths(
+    relreg_results, key, value, says, capsys
+):
+    edit_record(
+        relreg_results / "runs" / "proto_both" / "seed1" / "metrics.json", lambda m: m.update({key: value})
+    )
+    line = refused(RELREG, relreg_results, capsys)
+    assert line == f"{RUN / 'metrics.json'}: {says} (edited); delete its folder", line
+
+
+def test_compile_refuses_a_record_with_a_key_twice(relreg_results, capsys):
+    """N09: json keeps the last of two equal keys, a reader of the file sees the first."""
+    path = relreg_results / "runs" / "proto_both" / "seed1" / "metrics.json"
+    path.write_text('{"test_acc": 0.45, ' + path.read_text().lstrip()[1:])
+    line = refused(RELREG, relreg_results, capsys)
+    assert line == (
+        f"{RUN / 'metrics.json'}: key 'test_acc' appears twice in one object (edited); "
+        "delete it to make it again"
+    ), line
+
+
 @pytest.mark.parametrize("name", ["history.csv", "loading.npz"])
 def test_compile_refuses_a_finished_run_missing_a_file(relreg_results, name, capsys):
     """29: a deleted history.csv or loading.npz was passed over without a word, the curves
@@ -95,6 +132,20 @@ def test_compile_refuses_a_finished_run_missing_a_file(relreg_results, name, cap
         f"{RUN / name}: missing from a finished run (its metrics.json is there; training writes that "
         "last); delete its folder"
     ), line
+
+
+def test_compile_with_a_final_run_missing_says_so_on_stderr(relreg_results, capsys):
+    """N06: compile with one final run's metrics.json gone said only "compile: 44 files",
+    though verdict cells had changed; one warning line now names how many and the first."""
+    (relreg_results / "runs" / "proto_both" / "seed1" / "metrics.json").unlink()
+    assert main(["compile", "--config", str(RELREG)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == "compile: 44 files in results/relreg (study relreg)"
+    assert err.strip().splitlines() == [
+        "compile: warning: 1 of 340 final runs not finished (no metrics.json; "
+        f"first: {RUN / 'metrics.json'}): the tables and verdicts count the 339 that are"
+    ], err
+    assert "Final runs: 339 of 340 finished" in (relreg_results / "REPORT.md").read_text()
 
 
 def point_overrides(point: str) -> dict[str, float]:
@@ -180,3 +231,22 @@ def test_compile_refuses_a_hand_edited_selection_under_ties_loss(tmp_path, monke
         f'{path}: selects lr-0.1 (overrides {{"lr": 0.1}}), but its search runs\' records select '
         'lr-0.01 (overrides {"lr": 0.01}) (by best_valid_acc, ties: loss); run `python -m psrnn select` again'
     ), line
+
+
+def test_select_refuses_a_first_study_record_whose_params_are_not_its_parts(tmp_path, monkeypatch, capsys):
+    """The first study's one key derived from others of its record: params, the sum of
+    params_main, params_head and params_aux (its test_acc comes from no other key)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = write_tiny(tmp_path)
+    suite = C.load_suite(cfg)
+    records = write_search(suite, {"lr-0.1": 0.4, "lr-0.01": 0.6})
+    edit_record(
+        records["lr-0.01"], lambda m: m.update(params=1000, params_main=900, params_head=50, params_aux=40)
+    )
+    assert main(["select", "--config", str(cfg), "--experiment", "ps"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"psrnn select: error: {records['lr-0.01']}: params = 1000, but params_main + params_head + "
+        "params_aux = 990 (edited); delete its folder"
+    ], err
+    assert not C.selection_path(suite, "ps").exists()

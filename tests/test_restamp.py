@@ -56,7 +56,11 @@ def restamp(path, *options):
 
 
 def snapshot(results):
-    return {p: p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
+    """Every file under `results` but restamp's lock (proofs.LOCK_NAME: a refused restamp
+    takes it, before it reads restamp.json, and it holds no result)."""
+    return {
+        p: p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file() and p.name != ".restamp.lock"
+    }
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -222,7 +226,7 @@ def test_fused_final_runs_that_all_took_their_search_runs_are_proven_by_them(ci)
     assert all("/search/" in p for p in proof["retrained"]) and proof["restamped_runs"] == len(finals) + 4
 
 
-def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(ci):
+def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(ci, tmp_path):
     from psrnn.engine import restamp as R
 
     cfg = ci["ci"]
@@ -237,14 +241,25 @@ def test_a_damaged_proof_file_or_a_second_restamp_stops_before_anything_trains(c
     assert snapshot(C.results_root(cfg)) == before
     proof.unlink()
     held = R.lock(cfg)  # another restamp of this folder is running
+    other_tmp = tmp_path / "other-tmp"  # N25: the lock once lived in TMPDIR, and both ran
+    other_tmp.mkdir()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"], capture_output=True, text=True
-        )
+        lines = [
+            subprocess.run(
+                [sys.executable, "-m", "psrnn", "restamp", "--config", "ci.yaml"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env},
+            )
+            for env in ({}, {"TMPDIR": str(other_tmp)})
+        ]
     finally:
         held.close()
-    assert done.returncode == 2
-    assert f"another restamp of {C.results_root(cfg)} is running: wait for it to end" in done.stderr
+    for done in lines:
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"psrnn restamp: error: another restamp of {C.results_root(cfg)} is running: wait for it to end"
+        ], done.stderr
     assert all(read_json(p)["training_code"] == OLD for p in C.results_root(cfg).rglob("metrics.json"))
 
 
@@ -514,6 +529,9 @@ def test_a_run_is_trained_again_on_the_kind_of_device_it_trained_on(ci, tmp_path
         ('{"restamps": [{"to": 5}]}', "restamps[0].to is 5, not str"),
         ('{"restamps": [{"restamped_runs": true}]}', "restamps[0].restamped_runs is True, not a count"),
         (None, "not a file (restamp writes its proof there): move it away and run again"),
+        # 51.3c: a truncated proof file said "delete it to make it again", losing its proofs
+        ('{"restamps": [', "not a JSON file (Expecting value: line 1 column 15 (char 14))"),
+        ('{"restamps": [], "restamps": []}', "key 'restamps' appears twice in one object (edited)"),
     ],
 )
 def test_a_damaged_proof_record_is_one_line_before_anything_trains(suite, text, message):

@@ -403,6 +403,18 @@ def test_compile_refuses_a_run_that_is_not_the_suites_and_names_it(relreg_result
     [
         ("history.csv", lambda b: b[:100], "holds 1 epoch row(s), but its metrics.json ran 30 epochs"),
         ("history.csv", lambda b: b"\x00garbled\x00\n" + b[40:], "not a readable history"),
+        # 38.6b: a non-UTF-8 byte gave a 49-line UnicodeDecodeError (the unfit check read it first)
+        (
+            "history.csv",
+            lambda b: b'epoch,foo\n1,"\x00\xff,,,\n"garbage',
+            "not a readable history ('utf-8' codec can't decode byte 0xff in position 14: invalid start "
+            "byte); delete its folder",
+        ),
+        (
+            "history.csv",
+            lambda b: b.replace(b"\n1,0.7002708874642849,", b"\n1,abc,", 1),
+            "train_loss = 'abc' at epoch 1 is not a number; delete its folder",
+        ),
         ("loading.npz", lambda b: b[:500], "damaged (BadZipFile"),
     ],
 )

@@ -2,6 +2,7 @@
 accuracy, ties broken by validation loss then grid order, never the test set."""
 
 import json
+from pathlib import Path
 
 import pytest
 from suites import write_search, write_tiny
@@ -112,6 +113,45 @@ def test_select_command_writes_selected_json(tmp_path, monkeypatch, capsys):
     assert run.lr == 0.01 and run.seed == 1
     assert main(["select", "--config", str(suite), "--experiment", "base"]) == 2
     assert "no `grid:`" in capsys.readouterr().err
+
+
+def test_select_refuses_an_out_that_is_a_folder(tmp_path, monkeypatch, capsys):
+    """N33: `--out /` failed in os.replace with a 22-line EBUSY traceback; a folder given as
+    --out is one line before any record is read, and nothing is written."""
+    suite = write_tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    write_search(C.load_suite(suite), {"lr-0.1": 0.4, "lr-0.01": 0.6})
+    for out in ("/", str(tmp_path)):
+        assert main(["select", "--config", str(suite), "--experiment", "ps", "--out", out]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"psrnn select: error: --out {out}: is a folder; name the file to write "
+            f"(e.g. {Path(out) / 'selected.json'})"
+        ], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "tiny.yaml"]
+    assert not C.selection_path(C.load_suite(suite), "ps").exists()
+
+
+def test_a_busy_target_is_one_line(tmp_path, monkeypatch, capsys):
+    """EBUSY from os.replace (a mount point, a folder in use) names the target, not the
+    temporary file."""
+    import errno
+
+    from psrnn import files
+
+    suite = write_tiny(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    write_search(C.load_suite(suite), {"lr-0.1": 0.4, "lr-0.01": 0.6})
+    target = C.selection_path(C.load_suite(suite), "ps")
+
+    def busy(src, dst):
+        raise OSError(errno.EBUSY, "Device or resource busy", str(src), None, str(dst))  # as os.replace does
+
+    monkeypatch.setattr(files.os, "replace", busy)
+    assert main(["select", "--config", str(suite), "--experiment", "ps"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"psrnn select: error: {target}: busy (a mount point or a folder in use), not a file"], err
+    assert not target.exists() and list(target.parent.glob(".*.tmp")) == []
 
 
 def test_select_ranks_by_the_studys_declared_metric():

@@ -154,6 +154,8 @@ PATH_ERRORS = {
     errno.EEXIST: "{}: exists and is not a folder",
     errno.ENOTDIR: "{}: a part of the path is a file, not a folder",
     errno.EISDIR: "{}: is a folder, not a file",
+    # replacing a mount point (`--out /`) or a folder a process holds
+    errno.EBUSY: "{}: busy (a mount point or a folder in use), not a file",
     # over `ulimit -f` (Python ignores SIGXFSZ, so the write fails instead of the process)
     errno.EFBIG: "{}: file too large for this shell's file size limit (ulimit -f): raise it",
 }
@@ -287,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         if err.errno not in PATH_ERRORS:
             raise
         # files are written whole or not at all (psrnn.files): nothing half-written stays
-        where = err.filename2 if err.errno == errno.EISDIR and err.filename2 else err.filename
+        # os.replace(tmp, target) names the target second
+        where = err.filename2 if err.errno in (errno.EISDIR, errno.EBUSY) and err.filename2 else err.filename
         return error_line(args.command, PATH_ERRORS[err.errno].format(where or "a file"), verbose)
     finally:
         if previous is not None:

@@ -71,13 +71,25 @@ def write_json(target: str | Path, obj: Any) -> None:
     write_text(target, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def read_json(path: str | Path) -> Any:
-    """The JSON file's value; a file that is not JSON (truncated, say) is a UserError naming it."""
+def read_json(path: str | Path, remedy: str = "delete it to make it again") -> Any:
+    """The JSON file's value; a file that is not JSON (truncated, say) is a UserError naming it,
+    and so is one with a key twice in one object: json keeps the last, a reader of the file
+    sees the first (a hand edit; psrnn never writes one). `remedy` ends the line: what to do
+    (a file that holds what cannot be made again says "restore it from git")."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise UserError(f"{path}: key {key!r} appears twice in one object (edited); {remedy}")
+            out[key] = value
+        return out
+
     with open(path) as fh:
         try:
-            return json.load(fh)
+            return json.load(fh, object_pairs_hook=unique)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise UserError(f"{path}: not a JSON file ({err}); delete it to make it again") from None
+            raise UserError(f"{path}: not a JSON file ({err}); {remedy}") from None
 
 
 def torch_save(target: str | Path, obj: Any) -> None:

@@ -76,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if not C.has_grid(cfg, args.experiment):
         raise UserError(f"experiment {args.experiment} has no `grid:`, nothing to select")
+    if args.out and Path(args.out).is_dir():  # `--out /` once failed in os.replace with a traceback
+        raise UserError(
+            f"--out {args.out}: is a folder; name the file to write (e.g. {Path(args.out) / 'selected.json'})"
+        )
     sel = registry.study_of(cfg).selection
     records = selection.read_search(cfg, args.experiment)
     for point, m in records.items():

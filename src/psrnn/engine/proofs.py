@@ -15,7 +15,6 @@ be told from training by today's code, and only git's copy of restamp.json holds
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +40,22 @@ def proof_path(cfg: dict[str, Any]) -> Path:
     return C.results_root(cfg) / "restamp.json"
 
 
+LOCK_NAME = ".restamp.lock"  # beside restamp.json; ignored by git (.gitignore)
+
+
 def lock(cfg: dict[str, Any]) -> Any:
     """An exclusive lock on the suite's results folder for this process' life (released when
-    it ends, however): a second restamp of it is a UserError. The lock file lives in the temp
-    folder, keyed by the folder's absolute path, so the results tree gets no file of its own."""
+    it ends, however): a second restamp of it is a UserError. restamp takes it before it reads
+    restamp.json and holds it through every write, so proofs are read, merged and written by
+    one restamp at a time. The lock file is `results/<name>/.restamp.lock`, a path of the
+    folder alone: it once lived in the temp folder, and two restamps under different TMPDIR
+    (two cluster jobs) both ran, restamp.json keeping one proof of the two. Not the folder
+    itself: compile flocks that (psrnn.compile), and would wait for a whole restamp."""
     import fcntl
-    import hashlib
 
-    root = C.results_root(cfg).resolve()
-    key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    fh = open(Path(tempfile.gettempdir()) / f"psrnn-restamp-{key}.lock", "w")  # noqa: SIM115 (held)
+    root = C.results_root(cfg)
+    root.mkdir(parents=True, exist_ok=True)
+    fh = open(root / LOCK_NAME, "a")  # noqa: SIM115 (held)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -66,16 +71,13 @@ def earlier_proofs(path: Path) -> list[dict[str, Any]]:
         return []
     if not path.is_file():
         raise UserError(f"{path}: not a file (restamp writes its proof there): move it away and run again")
-    found = read_json(path)
+    restore = f"restore it from git (git checkout -- {path}) and run again"
+    found = read_json(path, remedy=restore)  # truncated: deleting it would lose its proofs
     if not isinstance(found, dict) or not isinstance(found.get("restamps"), list):
-        raise UserError(
-            f"{path}: no 'restamps' list; restore it from git (git checkout -- {path}) and run again"
-        )
+        raise UserError(f"{path}: no 'restamps' list; {restore}")
     for i, proof in enumerate(found["restamps"]):
         if problem := damaged(proof):
-            raise UserError(
-                f"{path}: restamps[{i}]{problem}; restore it from git (git checkout -- {path}) and run again"
-            )
+            raise UserError(f"{path}: restamps[{i}]{problem}; {restore}")
     return found["restamps"]
 
 

@@ -181,6 +181,7 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         diff = config_differences(m["config"], run)
         if not diff:
             check_lengths(path, m, run)
+            check_derived(path, m, run)
             return m
         tried.append(diff)
     fewest = min(tried, key=len)
@@ -224,6 +225,41 @@ def check_lengths(path: Path, m: dict[str, Any], run: Any) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (expected is not None and n != expected):
             what = "a positive integer" if expected is None else f"{expected} (test_count {count})"
             raise UserError(f"{path}: test.{b}.count = {n!r}, not {what}; delete its folder")
+
+
+# keys of a record that training derives from others of it: key -> (per-length field, or the
+# keys it is the sum of); psrnn.studies.relreg.hooks.finish, psrnn.studies.private_shared.models.count_params
+LENGTH_MEANS = {"test_acc": "seq_acc", "test_bit_acc": "bit_acc"}
+PARAM_PARTS = ("params_main", "params_head", "params_aux")
+
+
+def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
+    """The keys a record derives from its own values, recomputed as training computes them
+    (exactly: every committed record agrees to the last bit): the second study's test_acc
+    and test_bit_acc, the mean over its `test_bits` of the per-length seq_acc and bit_acc
+    (np.mean, in test_bits order); the first study's params, the sum of its parts. The
+    first study's test_acc comes from no other key of the record, so it is checked for its
+    range only. A hand edit of one of them (a test_acc of 0.45 beside lengths averaging
+    0.3693 once changed Table 4.5's summary and scores.json) is a UserError naming the file
+    and both values; a coherent edit of the per-length values themselves needs a re-train
+    to tell."""
+    bits = getattr(run, "test_bits", None)
+    if bits is not None:
+        for key, field_ in LENGTH_MEANS.items():
+            if key in m:
+                want = float(np.mean([m["test"][str(b)][field_] for b in bits]))
+                if m[key] != want:
+                    raise UserError(
+                        f"{path}: {key} = {m[key]!r}, but the mean of its test.<length>.{field_} is "
+                        f"{want!r} (edited); delete its folder"
+                    )
+    if all(k in m for k in ("params", *PARAM_PARTS)):
+        want_n = sum(m[k] for k in PARAM_PARTS)
+        if m["params"] != want_n:
+            raise UserError(
+                f"{path}: params = {m['params']!r}, but {' + '.join(PARAM_PARTS)} = {want_n!r} (edited); "
+                "delete its folder"
+            )
 
 
 def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:
@@ -412,9 +448,9 @@ def load_notes(results_dir: Path) -> list[str]:
 
 def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
     """A finished run's history.csv (`columns` and its epochs only, if given), None when it
-    has none; a damaged one (unreadable, a column missing, epochs other than 1..epochs_run
-    of its metrics.json, as a cut file has) is a UserError naming it: compile never plots
-    or averages part of a run."""
+    has none; a damaged one (unreadable, a column missing, a value of `columns` that is no
+    number, epochs other than 1..epochs_run of its metrics.json, as a cut file has) is a
+    UserError naming it: compile never plots or averages part of a run."""
     p = run.dir / "history.csv"
     if not p.is_file():
         return None
@@ -423,6 +459,13 @@ def load_history(run: Any, columns: tuple[str, ...] | None = None) -> pd.DataFra
     except (ValueError, UnicodeDecodeError, OSError) as err:  # pandas' parser errors are ValueErrors
         why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"{p}: not a readable history ({why}); delete its folder") from None
+    for c in columns or ():  # a garbled value makes its column text, not numbers
+        if not pd.api.types.is_numeric_dtype(h[c]):
+            bad = pd.to_numeric(h[c], errors="coerce").isna() & h[c].notna()
+            row = h[bad].iloc[0]
+            raise UserError(
+                f"{p}: {c} = {row[c]!r} at epoch {row['epoch']} is not a number; delete its folder"
+            )
     ran = run.metrics.get("epochs_run")
     epochs = list(h["epoch"]) if "epoch" in h else []
     if isinstance(ran, int) and epochs != list(range(1, ran + 1)):

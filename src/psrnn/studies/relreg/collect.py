@@ -14,11 +14,11 @@ Accuracies are in % like the first study's tables; missing runs give empty summa
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from psrnn import config as C
@@ -174,17 +174,17 @@ UNFIT_LOSS = 0.9 * CHANCE_LOSS
 def unfit(run: Any) -> bool:
     """Whether a finished run never fit its training numbers: its lowest training loss over the
     epochs (history.csv; its metrics.json's last one without a history) >= UNFIT_LOSS."""
-    return _lowest_loss(run.dir, run.metrics.get("train_loss")) >= UNFIT_LOSS
+    return _lowest_loss(run.dir, run.metrics.get("epochs_run"), run.metrics.get("train_loss")) >= UNFIT_LOSS
 
 
 @functools.lru_cache(maxsize=8192)
-def _lowest_loss(run_dir: Path, last: float | None) -> float:
-    p = run_dir / "history.csv"
-    if p.is_file():
-        with p.open() as f:
-            rows = list(csv.DictReader(f))
-        if rows and "train_loss" in rows[0]:
-            return min(float(r["train_loss"]) for r in rows)
+def _lowest_loss(run_dir: Path, epochs_run: Any, last: float | None) -> float:
+    """Read through the checked reader (shared.load_history): a damaged history.csv (a
+    non-UTF-8 byte, a garbled number) is one line naming it, not a traceback."""
+    run = SimpleNamespace(dir=run_dir, metrics={"epochs_run": epochs_run})
+    h = shared.load_history(run, ("train_loss",))
+    if h is not None and len(h):
+        return float(h["train_loss"].min())
     return math.nan if last is None else float(last)
 
 
