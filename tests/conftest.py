@@ -1,7 +1,17 @@
 """Shared test set-up."""
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
+
+# The README's test command runs `.tools/bin/uv run --frozen pytest`: uv is then not on PATH,
+# but `uv run` names itself in UV. Tests that call `uv` (the real image's build, the torch
+# variant script) find that one, as on a machine where uv is installed.
+if shutil.which("uv") is None and os.environ.get("UV"):
+    os.environ["PATH"] = os.pathsep.join([str(Path(os.environ["UV"]).parent), os.environ.get("PATH", "")])
 
 
 @pytest.fixture(autouse=True)
