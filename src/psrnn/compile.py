@@ -21,6 +21,7 @@ from typing import Any
 
 from psrnn import config as C
 from psrnn import registry
+from psrnn import workflow as W
 from psrnn.errors import UserError
 
 STAGING = ".compile-"  # a staging folder's name: this, then mkdtemp's random letters
@@ -78,11 +79,7 @@ def missing_line(cfg: dict) -> str | None:
     deleted), naming how many and the first (None: every one is there). A compile by hand
     with one missing once said only "compile: N files", though verdict cells had changed;
     REPORT.md says "339 of 340 finished", this says it where the command ran."""
-    finals = [
-        C.run_dir(cfg, exp, seed) / "metrics.json"  # results_dir's, as collect.load_runs reads them
-        for exp in C.enabled_experiments(cfg)
-        for seed in sorted(cfg["seeds"])
-    ]
+    finals = [Path(p) for p in W.final_metrics(cfg)]  # the final runs Snakemake's compile job waits for
     missing = [p for p in finals if not p.is_file()]
     if not missing:
         return None
