@@ -3,7 +3,9 @@ cases C77-C81, C84, C85): each split agrees with manifest.json (dtype, steps, la
 symbols, class balance), the manifest's values are sane, and each split file is the one
 `prepare` wrote (splits.sha256). Each damaged folder is built here from a fixture prepared
 by `prepare` and stops `train` with one line naming the file and what is wrong, before any
-run folder exists. A folder of older psrnn (no splits.sha256) still trains."""
+run folder exists. A folder without splits.sha256 or its manifest line (older psrnn's, or
+the checksums deleted) is refused with the same `prepare` command, which writes the same
+manifest.json again."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from psrnn.studies.private_shared.data import load_split, read_manifest
 from psrnn.studies.private_shared.data import prepare as P
 from psrnn.studies.private_shared.data.checks import CHECKSUMS, read_checksums
 from psrnn.studies.private_shared.data.fixtures import write_fixtures
+from psrnn.studies.private_shared.data.store import seal
 
 # MNIST at 7 x 7 = 49 steps as in the battery; IMDB with an alphabet of 40 as in C85
 OPTIONS = {
@@ -113,8 +116,8 @@ def test_c78_train_replaced_by_test_rows_of_the_same_count(mnist, tmp_path, caps
         f"{mnist / 'train.pt'} is not the file prepare wrote (sha256 differs from splits.sha256): "
         f"{rerun('mnist')}"
     )
-    # a folder of older psrnn has no splits.sha256: the class balance still tells
-    (mnist / CHECKSUMS).unlink()
+    # with splits.sha256 rewritten over the swapped file too, the class balance still tells
+    seal(mnist)
     line = refused(mnist, tmp_path, capsys)
     assert line.startswith(f"{mnist / 'train.pt'} is damaged (labels per class [")
     assert "but manifest.json's class_balance says [" in line and line.endswith(f"): {rerun('mnist')}")
@@ -208,12 +211,12 @@ def test_an_edited_alphabet_is_not_the_manifest_prepare_wrote(imdb, tmp_path, ca
         ({"num_classes": 11, "classes": [*"0123456789", "x"]}, None),
     ],
 )
-def test_classes_that_disagree_in_a_folder_without_checksums(change, says, mnist, tmp_path, capsys):
-    """Without splits.sha256 (older psrnn) the manifest's class counts must still agree:
-    num_classes with the class names and with each split's class_balance (a list of another
-    length had been skipped)."""
-    (mnist / CHECKSUMS).unlink()
+def test_classes_that_disagree_behind_rewritten_checksums(change, says, mnist, tmp_path, capsys):
+    """With splits.sha256 rewritten over an edited manifest the manifest's class counts must
+    still agree: num_classes with the class names and with each split's class_balance (a list
+    of another length had been skipped)."""
     edit_manifest(mnist, **change)
+    seal(mnist)
     if says:
         assert (
             refused(mnist, tmp_path, capsys)
@@ -268,11 +271,49 @@ def test_the_checksums_are_sha256sum_lines_beside_an_unchanged_manifest(fresh):
         assert "sha256" not in (folder / "manifest.json").read_text()  # the data identity's bytes
 
 
-def test_a_folder_of_older_psrnn_without_checksums_trains(mnist, tmp_path, capsys):
+MISSING = (
+    "is missing (an older psrnn's folder, or deleted; loading checks each file against it, and "
+    "prepare writes it beside the same manifest.json, so finished runs stay current)"
+)
+
+
+def test_n50_a_folder_without_checksums_is_refused(mnist, tmp_path, capsys):
+    """Deleting splits.sha256 had switched every file check off without a word (battery C,
+    N50); an older psrnn's folder has none either."""
     (mnist / CHECKSUMS).unlink()
-    rc, lines = train(mnist, tmp_path, capsys)
-    assert rc == 0 and lines == [], lines  # not even a warning
-    assert (tmp_path / "run" / "a" / "metrics.json").is_file()
+    assert refused(mnist, tmp_path, capsys) == f"{mnist / CHECKSUMS} {MISSING}: {rerun('mnist')}"
+
+
+def test_n48_swapped_splits_with_counts_edited_and_checksums_deleted(mnist, tmp_path, capsys):
+    """Battery C, N48: valid.pt as train.pt and back, the manifest's counts swapped to match
+    and splits.sha256 deleted had trained on the validation rows."""
+    (mnist / "train.pt").rename(mnist / "t.pt")
+    (mnist / "valid.pt").rename(mnist / "train.pt")
+    (mnist / "t.pt").rename(mnist / "valid.pt")
+    counts = read_manifest(mnist)["counts"]
+    edit_manifest(mnist, **{"counts.train": counts["valid"], "counts.valid": counts["train"]})
+    (mnist / CHECKSUMS).unlink()
+    assert refused(mnist, tmp_path, capsys) == f"{mnist / CHECKSUMS} {MISSING}: {rerun('mnist')}"
+
+
+def test_checksums_without_the_manifests_line_are_refused(mnist, tmp_path, capsys):
+    """The splits.sha256 of psrnn before 09277e7eb: split lines only."""
+    lines = (mnist / CHECKSUMS).read_text().splitlines()
+    kept = [line for line in lines if not line.endswith("manifest.json")]
+    (mnist / CHECKSUMS).write_text("".join(f"{line}\n" for line in kept))
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / CHECKSUMS} is damaged (no line for manifest.json) (an older psrnn's: prepare writes it "
+        f"with that line): {rerun('mnist')}"
+    )
+
+
+def test_prepare_again_writes_the_same_manifest(fresh, tmp_path):
+    """The remedy both lines give: preparing the same archives again writes the manifest.json
+    bytes (the runs' data identity) and split files it wrote before, with splits.sha256."""
+    again = tmp_path / "again"
+    P.prepare("mnist", fresh["mnist"].parents[1] / "fx" / "mnist", again, OPTIONS["mnist"])
+    for name in ("manifest.json", "train.pt", "valid.pt", "test.pt", CHECKSUMS):
+        assert (again / name).read_bytes() == (fresh["mnist"] / name).read_bytes(), name
 
 
 def test_an_intact_folder_trains(imdb, tmp_path, capsys):

@@ -18,11 +18,15 @@ from typing import Any
 import torch
 
 from psrnn.registry import Case
+from psrnn.studies.private_shared.data.store import seal
 from psrnn.studies.private_shared.settings import RunConfig
 
 
 def write_manifest(d: Path, **kw: Any) -> None:
+    """manifest.json of `kw` and splits.sha256 over it and the split files in `d` (loading
+    requires both)."""
     (d / "manifest.json").write_text(json.dumps(kw))
+    seal(d)
 
 
 def write_images(

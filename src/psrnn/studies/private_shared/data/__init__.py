@@ -6,8 +6,9 @@ The prepared format (what `prepare` writes and training reads), per dataset fold
     train.pt          torch.save'd dict, see below
     valid.pt
     test.pt
-    splits.sha256     sha256 of each split file and of manifest.json, `sha256sum` format (older
-                      psrnn wrote none, then one without the manifest's line: both still load)
+    splits.sha256     sha256 of each split file and of manifest.json, `sha256sum` format
+                      (required: a folder of older psrnn, without it or its manifest line, is
+                      refused with the `prepare` command that writes it)
 
 Each split file is a dict of tensors:
     images (mnist, fmnist, cifar10):  x uint8 (N, T, F) raw 8-bit values, y int64 (N,)

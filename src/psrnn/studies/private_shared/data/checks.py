@@ -9,12 +9,14 @@ and agrees with the manifest, and each split file is the one `prepare` wrote.
 `splits.sha256` (written by `prepare` beside manifest.json, `sha256sum` format: one
 "<sha256>  <file>" line per split file and one for manifest.json, so `sha256sum -c
 splits.sha256` in the folder checks it too) ties the split files and the manifest they were
-written with together (a hand edit of the manifest's scale, classes or alphabet is refused;
-folders written before its manifest line have none, and load without that check). It is a file
-of its own: the data identity of a run is the md5 of manifest.json, whose bytes stay what
-they were. A folder prepared before it existed has none and loads without the check (the
-class balance check still catches most swapped splits). Each file is hashed once per
-process (IMDB's 64 MB of splits: ~50 ms, as long as torch.load takes to read them).
+written with together (a hand edit of the manifest's scale, classes or alphabet is refused).
+It is a file of its own: the data identity of a run is the md5 of manifest.json, whose bytes
+stay what they were. Loading requires it, with the manifest's line: a folder without one
+(an older psrnn's, or one whose checksums were deleted, which would switch every file check
+off: fault battery C, N48/N50) is refused with the `prepare` command that writes it again;
+prepare writes the same manifest.json from the same archives, so finished runs stay current.
+Each file is hashed once per process (IMDB's 64 MB of splits: ~50 ms, as long as torch.load
+takes to read them).
 
 Only the standard library and torch: the package's __init__ imports this module.
 """
@@ -167,8 +169,8 @@ def checksums_text(digests: dict[str, str]) -> str:
 
 
 def read_checksums(folder: Path) -> dict[str, str] | None:
-    """{file name: sha256} of the folder's splits.sha256; None without one (older prepare);
-    ValueError for a file that is not in its format."""
+    """{file name: sha256} of the folder's splits.sha256; None without one; ValueError for a
+    file that is not in its format."""
     path = folder / CHECKSUMS
     if not path.is_file():
         return None
@@ -185,19 +187,24 @@ _VERIFIED: set[tuple[Any, ...]] = set()  # files whose sha256 matched, by path, 
 
 
 def checksum_problem(folder: Path, split: str) -> tuple[Path, str] | None:
-    """(the file at fault, what is wrong with it) when `<split>.pt` is not the file that
-    `prepare` wrote beside splits.sha256; None when it is, or when the folder has no
-    splits.sha256. Hashed once per process and file."""
+    """(the file at fault, what is wrong with it) when `<split>.pt` or manifest.json is not
+    the file that `prepare` wrote beside splits.sha256, or splits.sha256 is missing or lacks
+    their lines; None when all agree. Hashed once per process and file."""
     try:
         recorded = read_checksums(folder)
     except (OSError, ValueError) as err:
         return folder / CHECKSUMS, f"is damaged ({err})"
     if recorded is None:
-        return None
+        return folder / CHECKSUMS, (
+            "is missing (an older psrnn's folder, or deleted; loading checks each file against it, "
+            "and prepare writes it beside the same manifest.json, so finished runs stay current)"
+        )
     name = f"{split}.pt"
-    if name not in recorded:
-        return folder / CHECKSUMS, f"is damaged (no line for {name})"
-    for each in (name, MANIFEST) if MANIFEST in recorded else (name,):  # a manifest line: newer prepare
+    for each in (name, MANIFEST):
+        if each not in recorded:
+            older = " (an older psrnn's: prepare writes it with that line)" if each == MANIFEST else ""
+            return folder / CHECKSUMS, f"is damaged (no line for {each}){older}"
+    for each in (name, MANIFEST):
         path = folder / each
         st = path.stat()
         key = (str(path.resolve()), st.st_size, st.st_ino, st.st_mtime_ns, recorded[each])

@@ -39,6 +39,16 @@ def check_target(out_dir: Path) -> None:
             )
 
 
+def seal(folder: Path) -> None:
+    """Write splits.sha256 for the split files and manifest.json already in `folder`, as
+    `prepare` does: for folders written straight in the prepared format (the contract's and
+    the tests' tiny datasets, a test that edits a split and its checksums alike)."""
+    names = (*(f"{split}.pt" for split in SPLITS), "manifest.json")
+    present = [name for name in names if (folder / name).is_file()]
+    digests = {name: sha256_bytes((folder / name).read_bytes()) for name in present}
+    files.write_text(folder / CHECKSUMS, checksums_text(digests))
+
+
 def write_prepared(
     out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
 ) -> None:
