@@ -345,3 +345,33 @@ def test_restamp_interrupted_does_not_say_it_resumes(monkeypatch, capsys):
         "psrnn restamp: interrupted; the same command re-trains and compares again, and finishes any "
         "stamps it had begun (with --verify, from the first experiment it had not proven)\n"
     )
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device", "dangling link"])
+def test_a_config_path_that_is_no_file_says_what_it_is(kind, tmp_path, capsys):
+    """A config path that exists but is a folder, a FIFO (never opened: no hang) or a
+    device had been "not found" (fault battery B, N26); `extends:` says the same."""
+    path = tmp_path / "c.yaml"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/null")
+    else:
+        path.symlink_to(tmp_path / "gone.yaml")
+    says = {
+        "folder": "is a folder, not a file",
+        "fifo": "is not a regular file (a device, FIFO or socket)",
+        "device": "is not a regular file (a device, FIFO or socket)",
+        "dangling link": "not found (a link to nothing)",
+    }[kind]
+    assert main(["config", str(path)]) == 2
+    assert capsys.readouterr().err == f"psrnn config: error: config file {says}: {path}\n"
+    child = tmp_path / "child.yaml"
+    child.write_text(f"extends: {path}\n")
+    assert main(["config", str(child)]) == 2
+    if kind == "dangling link":  # extends: names the resolved file, which is not there
+        says = "not found"
+    err = capsys.readouterr().err
+    assert err == f"psrnn config: error: {child}: extends: {path}: file {says} ({path.resolve()})\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from psrnn import files
 from psrnn.cli import main
 from psrnn.studies.private_shared.data import limits as L
 from psrnn.studies.private_shared.data import readers as R
@@ -181,13 +182,13 @@ def test_cifar_meta_without_label_names_or_not_a_dict_is_one_line(cifar_members,
 # --- MNIST / Fashion-MNIST: 28 x 28 only (C52-C54) ---------------------------------------
 
 
-def idx_raw(folder: Path, train_size: int, test_size: int) -> Path:
+def idx_raw(folder: Path, train_size: int, test_size: int, test_count: int = 100) -> Path:
     """A valid IDX pair per split, with images of train_size / test_size pixels a side."""
     rng = np.random.default_rng(0)
-    y = np.arange(100, dtype=np.uint8) % 10
     folder.mkdir()
-    for prefix, side in (("train", train_size), ("t10k", test_size)):
-        x = rng.integers(0, 256, (100, side, side), dtype=np.uint8)
+    for prefix, side, n in (("train", train_size, 100), ("t10k", test_size, test_count)):
+        y = np.arange(n, dtype=np.uint8) % 10
+        x = rng.integers(0, 256, (n, side, side), dtype=np.uint8)
         (folder / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(x)))
         (folder / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip_bytes(idx_bytes(y)))
     return folder
@@ -215,6 +216,14 @@ def test_idx_images_that_are_not_28_by_28_are_one_line(
         f"{raw / f'{bad}-images-idx3-ubyte.gz'}: images of {size} pixels; MNIST and Fashion-MNIST "
         f"images are 28 x 28; {NOT_OFFICIAL}"
     )
+
+
+def test_idx_files_of_no_items_are_one_line(tmp_path, capsys):
+    """t10k images and labels holding 0 items had been "corrupt or truncated archive
+    (ValueError: offset (16 bytes) must be non-negative ...)" (fault battery C, N20)."""
+    raw = idx_raw(tmp_path / "raw", 28, 28, test_count=0)
+    line = prepare_fails("mnist", raw, tmp_path, capsys, *SMALL)
+    assert line == f"{raw / 't10k-images-idx3-ubyte.gz'}: its IDX header counts 0 items; {NOT_OFFICIAL}"
 
 
 def test_28_by_28_idx_images_prepare(tmp_path, capsys):
@@ -270,6 +279,36 @@ def test_prepare_never_replaces_what_it_did_not_write(target, tmp_path, capsys):
     for _ in range(2):  # a new folder, then its own earlier output
         assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(again), *SMALL]) == 0
         assert sorted(p.name for p in again.iterdir()) == sorted(S.WRITES)
+
+
+def test_prepare_writes_through_a_link(tmp_path, capsys):
+    """`--out LINK` writes into the folder the link names, the link kept (battery C, N60: it
+    had been replaced by a real folder); that folder's own files are refused as any --out's."""
+    raw = idx_raw(tmp_path / "raw", 28, 28)
+    target, link = tmp_path / "big-disk" / "mnist", tmp_path / "prepared"
+    target.mkdir(parents=True)
+    link.symlink_to(target)
+    assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(link), *SMALL]) == 0
+    assert link.is_symlink() and sorted(p.name for p in target.iterdir()) == sorted(S.WRITES)
+    assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(link), *SMALL]) == 0  # again
+    (target / "keep.txt").write_text("mine")
+    line = one_line_error(["prepare", "mnist", "--raw", str(raw), "--out", str(link), *SMALL], capsys)
+    assert line.startswith(f"psrnn prepare: error: {target}: holds 'keep.txt', which prepare did not write")
+    assert link.is_symlink() and (target / "keep.txt").read_text() == "mine"
+
+
+def test_one_prepare_per_folder_at_a_time(tmp_path, capsys):
+    """Three prepares into one folder at once had all exited 0 naming it (battery C, N83):
+    while one holds the folder's lock, another is one line and writes nothing."""
+    raw = idx_raw(tmp_path / "raw", 28, 28)
+    out = tmp_path / "prepared" / "mnist"
+    argv = ["prepare", "mnist", "--raw", str(raw), "--out", str(out), *SMALL]
+    with files.exclusive(out.parent / ".mnist.lock", "held"):  # as a prepare at work holds it
+        line = one_line_error(argv, capsys)
+        assert line == f"psrnn prepare: error: another prepare is writing {out} now: wait for it to end"
+        assert sorted(p.name for p in out.parent.iterdir()) == [".mnist.lock"]
+    assert main(argv) == 0 and sorted(p.name for p in out.iterdir()) == sorted(S.WRITES)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["mnist"]  # the lock goes with the prepare
 
 
 # --- download: bounded, regular files only (C64) -----------------------------------------

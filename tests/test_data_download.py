@@ -255,6 +255,20 @@ def test_a_small_config_download_by_hand_before_its_fixtures_says_how_to_write_t
     assert (tmp_path / "data" / "small" / "raw" / "mnist" / "download.json").is_file()
 
 
+@pytest.mark.parametrize("where", ["folder", "/dev/zero"])
+def test_an_md5_file_that_is_no_file_says_what_it_is(where, fx, tmp_path, capsys):
+    """`--md5` naming a folder or a device had been "md5 file not found" (fault battery C,
+    N86); /dev/zero is never read."""
+    md5 = fx / "mnist" if where == "folder" else Path(where)
+    says = (
+        "is a folder, not a file" if where == "folder" else "is not a regular file (a device, FIFO or socket)"
+    )
+    args = ["download", "mnist", "--raw", str(tmp_path / "raw"), "--local-dir", str(fx / "mnist")]
+    assert main([*args, "--no-official", "--md5", str(md5)]) == 2
+    assert capsys.readouterr().err == f"psrnn download: error: md5 file {says}: {md5}\n"
+    assert not (tmp_path / "raw").exists()
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

@@ -179,6 +179,55 @@ def sole_writer(out_dir: Path) -> Iterator[None]:
                 folder.rmdir()
 
 
+@contextlib.contextmanager
+def exclusive(lock: Path, busy: str) -> Iterator[None]:
+    """Hold the file `lock` (an flock on it, made for the block and removed after it, with
+    the folders made for it: a refused or failed command leaves nothing behind) for the
+    block; while another process holds it, the UserError `busy`. The kernel drops the lock
+    with the process, however it ends (a killed holder leaves the empty file, which the
+    next holder takes over). Removing the file while others may open it is safe because a
+    lock is only held once the file it was taken on is still the one at `lock`."""
+    made = [p for p in (lock.parent, *lock.parent.parents) if not p.exists()]  # innermost first
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UserError(busy) from None
+            try:
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    break  # held, on the file at `lock`
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # the holder before removed it meanwhile: lock the new one
+        try:
+            yield
+        finally:
+            os.unlink(lock)  # while held: a waiting opener of this file then tries again
+            os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            for folder in made:
+                folder.rmdir()
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path` is no regular file to read, in a few words ("not found", "is a folder",
+    "is not a regular file (a device, FIFO or socket)"), or None: a path that exists is
+    never called "not found" (fault battery B N26, C N86), and a FIFO is never opened."""
+    path = Path(path)
+    if path.is_file():
+        return None
+    if not path.exists():
+        return "not found" + (" (a link to nothing)" if path.is_symlink() else "")
+    if path.is_dir():
+        return "is a folder, not a file"
+    return "is not a regular file (a device, FIFO or socket)"
+
+
 def unwritable(folder: str | Path) -> str | None:
     """Why the jobs could not write into `folder` (made where missing), or None: the first
     part of its path that exists is a file, or a folder this user may not write into (a

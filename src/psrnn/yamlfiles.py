@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from psrnn import files
 from psrnn.errors import ConfigError
 
 # YAML 1.1 (PyYAML) reads 1e-3 and 1e6 as strings: a float needs a dot and a signed
@@ -146,8 +147,8 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     only switches something on (config/paper-dbpedia.yaml) holds just that change. A key
     set to null there removes it (config/quick.yaml drops experiments and grids so)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    if why := files.not_a_file(path):
+        raise ConfigError(f"config file {why}: {path}")
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
@@ -159,8 +160,8 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     parent = (path.parent / base).resolve()
     if parent in _seen:
         raise ConfigError(f"{path}: extends: {base}: circular")
-    if not parent.is_file():
-        raise ConfigError(f"{path}: extends: {base}: file not found ({parent})")
+    if why := files.not_a_file(parent):
+        raise ConfigError(f"{path}: extends: {base}: file {why} ({parent})")
     return _merge(load_yaml(parent, (*_seen, path.resolve())), data)
 
 

@@ -101,8 +101,8 @@ def expected_md5(src: Source, opts: dict[str, Any]) -> dict[str, str]:
     override = opts.get("md5")
     if isinstance(override, (str, Path)):
         path = Path(override)
-        if not path.is_file():
-            raise FileNotFoundError(f"md5 file not found: {path}")
+        if why := files.not_a_file(path):  # missing: run() says whether the suite's fixtures are unwritten
+            raise (FileNotFoundError if why.startswith("not found") else UserError)(f"md5 file {why}: {path}")
         override = parse_md5sums(path.read_text(), str(path))
     out = dict(src.md5)
     for name, md5 in (override or {}).items():

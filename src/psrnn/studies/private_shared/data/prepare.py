@@ -44,7 +44,7 @@ from psrnn.errors import UserError
 from psrnn.studies.private_shared.data import SPLITS
 from psrnn.studies.private_shared.data.readers import RawData, RawSplit, missing_classes, read_raw
 from psrnn.studies.private_shared.data.sources import source
-from psrnn.studies.private_shared.data.store import check_target, write_prepared
+from psrnn.studies.private_shared.data.store import check_target, through, write_prepared
 from psrnn.studies.private_shared.datasets import REGISTRY, Dataset
 
 IMAGES = tuple(name for name, ds in REGISTRY.items() if ds.image_side is not None)
@@ -394,6 +394,17 @@ def prepare(
     opts = resolve_options(dataset, options)
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     check_target(out_dir)  # before the archives are read (minutes for the real ones)
+    # one prepare per folder at a time (battery C, N83: three at once had each claimed the
+    # folder, and one's cleanup can remove another's temporary folder mid-write)
+    target = through(out_dir)
+    busy = f"another prepare is writing {target} now: wait for it to end"
+    with files.exclusive(target.parent / f".{target.name}.lock", busy):
+        return _prepare(dataset, raw_dir, out_dir, opts, stamp)
+
+
+def _prepare(
+    dataset: str, raw_dir: Path, out_dir: Path, opts: dict[str, Any], stamp: dict[str, Any] | None
+) -> dict[str, Any]:
     sources = source_md5s(dataset, raw_dir)
     raw = read_raw(dataset, raw_dir)
     build = prepare_images if dataset in IMAGES else prepare_texts

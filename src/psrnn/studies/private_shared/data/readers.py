@@ -139,7 +139,13 @@ def read_idx(raw_dir: str | Path, classes: list[str]) -> RawData:
 
 def _read_idx_file(path: Path, tmp: str, reader: Callable[[str], torch.Tensor]) -> torch.Tensor:
     try:
-        return reader(str(gunzip(path, Path(tmp) / path.name.removesuffix(".gz"), "idx")))
+        plain = gunzip(path, Path(tmp) / path.name.removesuffix(".gz"), "idx")
+        with open(plain, "rb") as fh:
+            head = fh.read(8)  # magic (4 bytes), then the item count (big-endian)
+        if len(head) == 8 and int.from_bytes(head[4:], "big") == 0:
+            # torchvision's reader fails on it with numpy's buffer offset message (battery C, N20)
+            raise UserError(f"{path}: its IDX header counts 0 items; {NOT_OFFICIAL}")
+        return reader(str(plain))
     except ARCHIVE_ERRORS as err:
         raise damaged(path, err) from None
 

@@ -20,10 +20,17 @@ from psrnn.studies.private_shared.data.checks import CHECKSUMS, checksums_text, 
 WRITES = (*(f"{split}.pt" for split in SPLITS), CHECKSUMS, "manifest.json")  # all a prepared folder holds
 
 
+def through(out_dir: Path) -> Path:
+    """The folder `out_dir` names: a link's target, where prepare writes."""
+    return out_dir.resolve() if out_dir.is_symlink() else out_dir
+
+
 def check_target(out_dir: Path) -> None:
     """Refuse an `out_dir` that prepare would destroy more than its own earlier output in:
     a file, or a folder holding anything prepare does not write (the raw archives with
-    `--out` = `--raw` or its parent, a user's own files). Replacing the folder removes it all."""
+    `--out` = `--raw` or its parent, a user's own files). Replacing the folder removes it all.
+    A link is judged by the folder it names, which prepare writes into."""
+    out_dir = through(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(
             f"{out_dir}: exists and is not a folder; prepare writes a folder there (name another --out)"
@@ -53,7 +60,9 @@ def write_prepared(
     out_dir: Path, splits: dict[str, dict[str, torch.Tensor]], manifest: dict[str, Any]
 ) -> None:
     """Write the split files, splits.sha256 and manifest.json into a temporary folder, then
-    rename it to `out_dir` (check_target first)."""
+    rename it to `out_dir` (check_target first). An `out_dir` that is a link is written
+    through, into the folder it names (the rename had replaced the link: battery C, N60)."""
+    out_dir = through(out_dir)
     check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temps(out_dir.parent, out_dir.name)  # a killed prepare's, of this dataset
