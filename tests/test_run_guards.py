@@ -232,6 +232,35 @@ def test_values_no_run_can_use_are_refused_before_training(extra, why, tmp_path,
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.parametrize(
+    "config, argv, folder",
+    [  # battery B N17: a non-grid experiment's final run; N18: a search point's run
+        (
+            "small.yaml",
+            ["--experiment", "mnist_gru", "--seed", "1", "--set", "hidden=13"],
+            "results/small/runs/mnist_gru/seed1",
+        ),
+        (
+            "relreg-ci.yaml",
+            ["--experiment", "lstm_l2", "--point", POINT, "--set", "lr=0.5"],
+            f"results/relreg-ci/search/lstm_l2/{POINT}",
+        ),
+    ],
+)
+def test_a_run_with_set_needs_out(config, argv, folder, tmp_path, monkeypatch, capsys):
+    """Trained rc 0 into the suite's own folder, a run at other settings passing for the
+    suite's until stale, select or compile caught it; docs/training.md says it needs --out."""
+    monkeypatch.chdir(tmp_path)
+    cfg = str(C.ROOT / "config" / config)
+    assert main(["train", "--config", cfg, *argv]) == 2
+    key = argv[-1].split("=")[0]
+    assert capsys.readouterr().err.strip() == (
+        f"psrnn train: error: --set {key}: {folder} holds the suite's run at {cfg}'s settings, "
+        "not one with --set; give --out DIR for this run"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_repeated_grid_value_and_digits_over_their_source_are_refused(tmp_path, capsys):
     (tmp_path / "twice.yaml").write_text(
         "extends: "

@@ -10,7 +10,8 @@ is psrnn.engine.fit.fit with the study's hooks, psrnn.registry).
         --selected results/relreg/search/proto_both/selected.json
 
 An experiment with a grid trains its final runs (their default folder) only at the point
-select chose (--selected); at its defaults, or with --set, it needs --out.
+select chose (--selected); at its defaults it needs --out. A run with --set needs --out
+(any experiment, final or search run): the suite's folders hold runs at its settings.
 
 Writes into the run directory (default `results/<name>/runs/<exp>/seed<k>/`, or
 `results/<name>/search/<exp>/<point>/` with --point):
@@ -130,10 +131,17 @@ def resolve_args(args: argparse.Namespace) -> tuple[RunSettings, Path, dict[str,
             f"train at the point select chose (--selected {C.selection_path(suite, args.experiment)}); "
             "give that, --point ID for a search run, or --out DIR for a run at the defaults"
         )
-    elif args.point:
-        out = C.search_dir(suite, args.experiment, args.point)
     else:
-        out = C.run_dir(suite, args.experiment, seed)
+        out = (
+            C.search_dir(suite, args.experiment, args.point)
+            if args.point
+            else C.run_dir(suite, args.experiment, seed)
+        )
+        if overrides:  # the suite's folders hold runs at its settings: this one would pass for the suite's
+            raise UserError(
+                f"--set {', '.join(overrides)}: {out} holds the suite's run at {args.config}'s settings, "
+                "not one with --set; give --out DIR for this run"
+            )
     meta = {"experiment": args.experiment, "config_name": suite["name"], "point": args.point}
     return cfg, out, meta
 
