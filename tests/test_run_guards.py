@@ -655,6 +655,45 @@ def test_a_checkpoint_of_other_training_code_starts_over_instead_of_finishing_th
     assert torch.load(run / "ckpt_last.pt", weights_only=True)["code"] == "f" * 64
 
 
+def test_another_runs_folder_is_never_replaced_even_with_restart_on_change(tmp_path, capsys):
+    """Battery B N30: the refusal of a folder written with other settings advised
+    --restart-on-change, which then replaced another experiment's finished run (rc 0). A
+    folder whose metrics.json or ckpt_last.pt names another experiment (or, for a final run,
+    another seed) is refused with or without the flag, and nothing in it changes."""
+    data = write_images(tmp_path / "data", T=16)
+    for name, lr in (("lstm_l2", 0.1), ("proto_both", 0.2)):  # two flat configs: two experiments
+        (tmp_path / f"{name}.yaml").write_text(
+            json.dumps({**small_cfg(data, max_epochs=1).to_dict(), "lr": lr})
+        )
+    out = tmp_path / "run"
+    argv = ["train", "-q", "--config", str(tmp_path / "lstm_l2.yaml"), "--out", str(out)]
+    assert main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    other = ["train", "-q", "--config", str(tmp_path / "proto_both.yaml"), "--out", str(out)]
+    for record, extra in [
+        ("metrics.json", ["--restart-on-change"]),
+        ("metrics.json", []),
+        ("metrics.json", ["--set", "lr=0.1"]),  # the same settings: still another experiment's run
+        ("ckpt_last.pt", ["--restart-on-change"]),  # an unfinished run: its checkpoint names it
+    ]:
+        if record == "ckpt_last.pt":
+            (out / "metrics.json").unlink()
+            del before["metrics.json"]
+        assert main([*other, *extra]) == 2, (record, extra)
+        assert capsys.readouterr().err.strip() == (
+            f"psrnn train: error: {out / record}: records experiment 'lstm_l2' seed 0, not experiment "
+            "'proto_both' seed 0: another run's folder, never replaced (--restart-on-change or not); "
+            "give --out a new folder"
+        )
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # a final run of another seed (its folder is its seed's); the same run still resumes
+    assert main([*argv, "--seed", "1", "--restart-on-change"]) == 2
+    assert "records experiment 'lstm_l2' seed 0, not experiment 'lstm_l2' seed 1" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(argv) == 0 and (out / "metrics.json").is_file()
+
+
 def test_train_group_refuses_what_would_write_runs_no_search_has(tmp_path, capsys, monkeypatch):
     """An experiment without a grid has no search runs (it wrote search/<exp>/default, which
     REPORT then counted among the grid's runs); --selected without --seeds, --group with

@@ -26,6 +26,7 @@ from psrnn.engine.checkpoint import (
     kernel_env,
     load_last,
     read_metrics,
+    refuse_other_run,
     training_code,
 )
 from psrnn.engine.hooks import Hooks, hooks_of
@@ -120,16 +121,18 @@ def restore(
     log: Callable[[str], None],
     restart_on_change: bool,
     reuse: str | Path | None,
+    meta: dict[str, Any] | None = None,
 ) -> RunState | None:
     """The run's state from its ckpt_last.pt (or `reuse`'s, adopted when it is the same run),
-    loaded into model, optimizer, scheduler and generators; None: a fresh start."""
+    loaded into model, optimizer, scheduler and generators; None: a fresh start. A checkpoint
+    of another run than `meta`'s is a UserError, restart_on_change or not (refuse_other_run)."""
     last_path = out_dir / "ckpt_last.pt"
     if reuse is not None and not last_path.is_file():
         log(adopt(Path(reuse), out_dir, run, data.identity))
     if not last_path.is_file():
         return None
     try:
-        return load_last(last_path, run, model, opt, sched, gens, data.identity)
+        return load_last(last_path, run, model, opt, sched, gens, data.identity, meta)
     except ConfigChanged as err:
         if not restart_on_change:
             raise
@@ -138,14 +141,20 @@ def restore(
 
 
 def finished(
-    run: Any, out_dir: Path, log: Callable[[str], None], restart_on_change: bool
+    run: Any,
+    out_dir: Path,
+    log: Callable[[str], None],
+    restart_on_change: bool,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The metrics of `out_dir` when it holds this run complete (None: it is to train). A
-    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed."""
+    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed;
+    one of another run than `meta`'s is a UserError either way (refuse_other_run)."""
     metrics_path = out_dir / "metrics.json"
     if not metrics_path.is_file():
         return None
     done = read_metrics(metrics_path)
+    refuse_other_run(metrics_path, done, run, meta)
     diff = config_differences(done["config"], run)
     if not diff:
         log(f"already complete: {metrics_path}")

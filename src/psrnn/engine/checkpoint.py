@@ -139,6 +139,38 @@ def refuse_foreign(out_dir: Path) -> Path:
     return out_dir
 
 
+def refuse_other_run(
+    path: Path, record: dict[str, Any], run: RunSettings, meta: dict[str, Any] | None
+) -> None:
+    """A UserError when `record` (a finished run's metrics.json or a ckpt_last.pt) names
+    another run than this one (`meta`'s experiment and point, `run`'s seed): a folder of
+    another run is neither returned, resumed nor, with --restart-on-change, started over
+    (that flag replaced another experiment's finished run: fault battery B N30). A search
+    run's seed is not compared (its folder is its point's, and the suite's search seed may
+    change); nor is what a record lacks (checkpoints before psrnn recorded the experiment
+    and point, runs trained without a name)."""
+    if not meta or meta.get("experiment") is None:
+        return
+    mine = (meta["experiment"], meta.get("point"), run.seed)
+    named = record.get("experiment") is not None
+    config: dict[str, Any] = record.get("config") or {}  # both records hold their settings
+    theirs = (
+        record["experiment"] if named else mine[0],
+        record.get("point", mine[1]) if named else mine[1],
+        config.get("seed", run.seed) if mine[1] is None else run.seed,
+    )
+    if theirs == mine:
+        return
+
+    def who(experiment: Any, point: Any, seed: Any) -> str:
+        return f"experiment {experiment!r}" + (f" point {point!r}" if point else "") + f" seed {seed}"
+
+    raise UserError(
+        f"{path}: records {who(*theirs)}, not {who(*mine)}: another run's folder, never replaced "
+        "(--restart-on-change or not); give --out a new folder"
+    )
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint's contents on the CPU (RNG states must be CPU tensors); one that cannot
     be read (truncated, another file) is a UserError naming it."""
@@ -161,10 +193,14 @@ def save_last(
     sched,
     gens: Generators,
     data: str | None,
+    meta: dict[str, Any] | None = None,
 ) -> None:
+    """`meta`: the run's experiment and point, which the checkpoint names (refuse_other_run)."""
     torch_save(
         path,
         {
+            "experiment": (meta or {}).get("experiment"),
+            "point": (meta or {}).get("point"),
             "config": cfg.to_dict(),
             "data_manifest_md5": data,
             "kernel_env": kernel_env(),
@@ -286,9 +322,17 @@ def adopt_finished(
 
 
 def load_last(
-    path: Path, cfg: RunSettings, model: nn.Module, opt, sched, gens: Generators, data: str | None
+    path: Path,
+    cfg: RunSettings,
+    model: nn.Module,
+    opt,
+    sched,
+    gens: Generators,
+    data: str | None,
+    meta: dict[str, Any] | None = None,
 ) -> RunState:
     ckpt = read_checkpoint(path)  # load_state_dict moves the tensors to the device
+    refuse_other_run(path, ckpt, cfg, meta)
     diff = checkpoint_differences(ckpt, cfg, data)
     if diff:
         raise ConfigChanged(path, diff)

@@ -18,6 +18,8 @@ engine supplies the bookkeeping, once for every study:
   `restart_on_change` is set aside; `reuse` adopts a finished search run that is the same
   run; a run whose metrics.json exists returns it without training, if it records the
   same settings (else that is the error, or with `restart_on_change` the run starts over);
+  a folder whose record names another run (experiment, point, a final run's seed) is an
+  error either way (checkpoint.refuse_other_run);
 - one writer: a process training a run folder holds it (sole_writer); a second one is
   refused until the first ends, however it ends;
 - kernels: the checkpoint records the CPU-kernel variables a suite's job_env sets
@@ -143,7 +145,7 @@ def _fit(
     heartbeat_s: float,
 ) -> dict[str, Any]:
     run = job.run
-    done = finished(run, job.out_dir, log, restart_on_change)
+    done = finished(run, job.out_dir, log, restart_on_change, job.meta)
     if done is not None:
         return done
     hooks = hooks_of(registry.of_settings(run))
@@ -241,7 +243,7 @@ def member(
     model = hooks.build(run, data).to(device)
     opt, sched = make_opt(run, model)
     gens = Generators.seeded(run.seed)
-    st = restore(run, job.out_dir, model, opt, sched, gens, data, log, restart_on_change, job.reuse)
+    st = restore(run, job.out_dir, model, opt, sched, gens, data, log, restart_on_change, job.reuse, job.meta)
     log(hooks.header(job.out_dir, device, model, data, run, None if st is None else st.epoch))
     rng = None
     if own_rng:
@@ -377,7 +379,10 @@ def save_member(m: Member, hooks: Hooks, data: Any) -> None:
         torch.set_rng_state(m.rng["torch"])
         np.random.set_state(m.rng["numpy"])
         random.setstate(m.rng["python"])
-    save_last(m.job.out_dir / "ckpt_last.pt", m.job.run, m.st, m.model, m.opt, m.sched, m.gens, data.identity)
+    job = m.job
+    save_last(
+        job.out_dir / "ckpt_last.pt", job.run, m.st, m.model, m.opt, m.sched, m.gens, data.identity, job.meta
+    )
 
 
 def load_best(m: Member) -> None:

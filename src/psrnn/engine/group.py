@@ -119,7 +119,7 @@ def _fit_fused(
         for job in jobs:
             held.enter_context(sole_writer(job.out_dir))
         results: list[dict[str, Any] | None] = [
-            finished(j.run, j.out_dir, log, restart_on_change) for j in jobs
+            finished(j.run, j.out_dir, log, restart_on_change, j.meta) for j in jobs
         ]
         todo = [i for i, r in enumerate(results) if r is None]
         if not todo:
