@@ -188,6 +188,11 @@ def test_a_bad_output_path_or_an_interrupt_is_one_line(tmp_path, capsys, monkeyp
             ["--set", "hidden=1"],
             "shared=0.3: x hidden 1 rounds to 0 shared units: tasks ['pred', 'rec'] need at least 1",
         ),
+        (  # battery B N34: trained (test_acc 0.295) where the same value in a config is refused
+            ["--point", "lr-0.01", "--set", "anchors=1000"],
+            "--set: experiments.mnist_ps30_predrec_a4.anchors/window: 1000 anchor(s) need n - 2 x window "
+            ">= anchors, but window 10 leaves 29 of n = 49 steps",
+        ),
         (
             ["--selected", "{bad}"],
             "{bad}: not a selected.json (no 'overrides'; `python -m psrnn select` writes it)",

@@ -352,7 +352,8 @@ def resolve_run(
     """The run settings (the study's dataclass) of one (experiment, seed[, grid point]).
 
     `point` picks a grid point by id (search runs); `selected` is the chosen point's
-    overrides (final runs after the search); `overrides` are the command line's --set.
+    overrides (final runs after the search); `overrides` are the command line's --set, checked
+    against the suite as the config's own values are (the study's check_in_suite).
     """
     if experiment not in cfg["experiments"]:
         raise ConfigError(
@@ -372,4 +373,7 @@ def resolve_run(
     study = registry.study_of(cfg)
     if study.data_jobs:
         values.setdefault("data_dir", str(data_root(cfg) / "prepared" / exp["dataset"]))
-    return coerce_run(values, study.name)
+    run = coerce_run(values, study.name)
+    if overrides and study.check_in_suite:  # --set meets the checks the config's values met (validate_suite)
+        registry.load(study.check_in_suite)(cfg, experiment, run, "--set")
+    return run
