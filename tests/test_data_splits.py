@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -256,6 +259,44 @@ def test_a_damaged_checksum_file_is_one_line(mnist, tmp_path, capsys):
     assert refused(mnist, tmp_path, capsys) == (
         f"{mnist / CHECKSUMS} is damaged (line 1 is not '<sha256>  <file>'): {rerun('mnist')}"
     )
+
+
+@pytest.mark.parametrize("kind", ["folder", "a link to /dev/zero"])
+def test_n52_a_split_that_is_no_file_is_named_as_what_it_is(kind, mnist, tmp_path, capsys):
+    """Battery C, N52: a train.pt that exists was reported "prepared split not found"; a
+    device is never read (/dev/zero has no end)."""
+    (mnist / "train.pt").unlink()
+    if kind == "folder":
+        (mnist / "train.pt").mkdir()
+        why = "is a folder, not a file"
+    else:
+        (mnist / "train.pt").symlink_to("/dev/zero")
+        why = "is not a regular file (a device, FIFO or socket)"
+    assert refused(mnist, tmp_path, capsys) == f"prepared split {mnist / 'train.pt'} {why}: {rerun('mnist')}"
+
+
+class _Touch:
+    """A pickle that runs a command when loaded without weights_only."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_n53_a_hostile_pickle_is_refused_in_one_line_and_never_run(mnist, tmp_path, capsys):
+    """Battery C, N53: torch's two-line UserWarning about the pickle's protocol came before
+    the refusal; the refusal is now the only output, and the pickle's code never runs."""
+    marker = tmp_path / "ran"
+    (mnist / "train.pt").write_bytes(pickle.dumps(_Touch(marker), protocol=4))
+    with warnings.catch_warnings(record=True) as caught:  # pytest would keep them off stderr
+        warnings.simplefilter("always")
+        line = refused(mnist, tmp_path, capsys)
+    assert line == (
+        f"{mnist / 'train.pt'} is damaged (UnpicklingError: Weights only load failed): {rerun('mnist')}"
+    )
+    assert [str(w.message) for w in caught] == [] and not marker.exists()
 
 
 # --- what still loads --------------------------------------------------------------------

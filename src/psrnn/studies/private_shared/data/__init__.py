@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from pathlib import Path
 import torch
 
 from psrnn.errors import UserError
+from psrnn.files import not_a_file
 from psrnn.studies.private_shared.data.checks import (
     checksum_problem,
     class_balance_problem,
@@ -131,10 +133,17 @@ def load_split(prepared_dir: str | Path, split: str) -> SequenceSplit:
     manifest = read_manifest(prepared_dir)
     dataset = manifest.get("dataset") or Path(prepared_dir).name
     path = Path(prepared_dir) / f"{split}.pt"
-    if not path.is_file():
+    why = not_a_file(path)  # a folder or a device is named as one (never read: /dev/zero is endless)
+    if why is not None and not why.startswith("not found"):
+        raise UserError(f"prepared split {path} {why}: {rerun(dataset)}")
+    if why is not None:
         raise FileNotFoundError(f"prepared split not found: {path}: {rerun(dataset)}")
     try:
-        d = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # a pickle of another protocol (a file prepare did not write) is refused below
+            # in one line; torch's two-line warning about its protocol would come before it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            d = torch.load(path, map_location="cpu", weights_only=True)
     except LOAD_ERRORS as err:
         raise damaged(path, dataset, reason(err)) from None
     count = manifest.get("counts", {}).get(split)
