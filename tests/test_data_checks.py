@@ -281,6 +281,28 @@ def test_prepare_never_replaces_what_it_did_not_write(target, tmp_path, capsys):
         assert sorted(p.name for p in again.iterdir()) == sorted(S.WRITES)
 
 
+@pytest.mark.parametrize(
+    "files",
+    [{"manifest.json": '{"name": "my web app", "icons": []}'}, {"train.pt": "data", "test.pt": "notes"}],
+)
+def test_prepare_never_replaces_a_users_files_of_its_names(files, tmp_path, capsys):
+    """A folder holding only a user's own manifest.json, or train.pt and test.pt, had been
+    replaced (confirming pass of stop 60, P06/P06b): a folder prepare wrote holds its manifest."""
+    raw = idx_raw(tmp_path / "raw", 28, 28)
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    line = one_line_error(["prepare", "mnist", "--raw", str(raw), "--out", str(out), *SMALL], capsys)
+    first = sorted(files)[0]
+    more = f" and {len(files) - 1} more" if len(files) > 1 else ""
+    assert line == (
+        f"psrnn prepare: error: {out}: holds {first!r}{more}, which prepare did not write, and replaces "
+        "the whole folder: name an empty or prepared folder as --out"
+    )
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
 def test_prepare_writes_through_a_link(tmp_path, capsys):
     """`--out LINK` writes into the folder the link names, the link kept (battery C, N60: it
     had been replaced by a real folder); that folder's own files are refused as any --out's."""

@@ -31,10 +31,15 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in KERNEL_ENV}
 
 
-def train_cmd(out: Path, env: dict[str, str], before: tuple[str, ...] = ()) -> dict:
+PYTHON_M = (sys.executable, "-m", "psrnn")
+
+
+def train_cmd(
+    out: Path, env: dict[str, str], before: tuple[str, ...] = (), program: tuple[str, ...] = PYTHON_M
+) -> dict:
     args = ["--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--threads", "1"]
     subprocess.run(
-        [sys.executable, "-m", "psrnn", *before, "train", *args, "--out", str(out)],
+        [*program, *before, "train", *args, "--out", str(out)],
         env=env,
         check=True,
         capture_output=True,
@@ -58,6 +63,14 @@ def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_p
     # abbreviated `--conf` too (test_acc 0.635 against Snakemake's 0.655 on small.yaml)
     quiet_first = train_cmd(tmp_path / "quiet", clean_env(), before=("-q",))
     assert quiet_first["kernel_env"] == suite["job_env"] and quiet_first["test"] == by_hand["test"]
+    # the confirming pass (stop 60): `-vv` first (N-AB2), and the installed `psrnn` script,
+    # which had called cli.main without the job_env (N-AB3: 0.635 again)
+    twice = train_cmd(tmp_path / "vv", clean_env(), before=("-qq",))
+    script = train_cmd(
+        tmp_path / "script", clean_env(), program=(str(Path(sys.executable).parent / "psrnn"),)
+    )
+    for run in (twice, script):
+        assert run["kernel_env"] == suite["job_env"] and run["test"] == by_hand["test"]
     abbreviated = subprocess.run(
         [sys.executable, "-m", "psrnn", "train", "--conf", RELREG_CI, "--experiment", "lstm_l2"],
         env=clean_env(),
@@ -70,10 +83,24 @@ def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_p
     )
 
 
+def test_a_second_config_is_refused(tmp_path, capsys):
+    """`train --config A --config B` had trained B (argparse keeps the last) under A's
+    job_env (psrnn.engine.jobenv reads the first): battery N-AB4."""
+    out = tmp_path / "run"
+    for twice in (
+        ["--config", RELREG_CI, "--config", RELREG_CI],
+        ["--config", RELREG_CI, f"--config={RELREG_CI}"],
+    ):
+        assert main(["train", *twice, "--experiment", "lstm_l2", "--point", POINT, "--out", str(out)]) == 2
+        assert capsys.readouterr().err == "psrnn train: error: --config given 2 times: name one config\n"
+    assert not out.exists()
+
+
 def test_verbosity_before_the_command_moves_behind_its_name():
     from psrnn.cli import command_first
 
     assert command_first(["-q", "train", "--config", "x"]) == ["train", "-q", "--config", "x"]
+    assert command_first(["-vv", "-qv", "train"]) == ["train", "-vv", "-qv"]
     assert command_first(["-v", "--quiet", "restamp", "--jobs", "2"]) == [
         "restamp",
         "-v",

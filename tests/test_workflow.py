@@ -719,7 +719,10 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     assert W.damaged_stamped_files(cfg) == [str(cut)]  # a stale stamp is not damage: its job re-runs
-    msg = rf"^damaged \(not JSON, or without the keys its job writes\): {re.escape(str(cut))}; delete them"
+    msg = (
+        r"^damaged \(not JSON, without the keys its job writes, or choosing what its grid does not "
+        rf"hold\): {re.escape(str(cut))}; delete them"
+    )
     with pytest.raises(UserError, match=msg):
         W.check_stamped_files(cfg)
     for text in ("[1, 2]", "{}", json.dumps({k: v for k, v in manifest.items() if k != "counts"})):
@@ -727,6 +730,35 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
         assert W.damaged_stamped_files(cfg) == [str(good), str(cut)], text
     cut.write_text(json.dumps({"workflow_spec": "0" * 16}))  # a stamp alone is no selection
     assert str(cut) in W.damaged_stamped_files(cfg)
+
+
+@pytest.mark.parametrize(
+    "point, overrides, draws, damaged",
+    [
+        ("lr-0.03", {"lr": 0.03}, None, False),  # what select writes
+        ("lr-0.5", {"lr": 0.5}, None, True),  # battery A-2d: a point outside the grid
+        ("lr-0.03", {"lr": 0.01}, None, True),  # A-2e: another point's settings under this id
+        ("lr-0.01", {"lr": 0.03}, None, True),
+        ("lr-0.03", {"lr": 0.03}, [{"seed": 1, "point": "lr-0.01", "overrides": {"lr": 0.01}}], False),
+        ("lr-0.03", {"lr": 0.03}, [{"seed": 1, "point": "lr-0.01", "overrides": {"lr": 0.5}}], True),
+    ],
+)
+def test_a_selection_outside_its_grid_is_damaged(point, overrides, draws, damaged, tmp_path, monkeypatch):
+    """A selected.json with every key but a point the grid does not hold, or another point's
+    settings, had trained the final runs there with rc 0 (the confirming pass of stop 60,
+    A-2d/A-2e); the Snakefile now stops on it before planning, as on a cut one."""
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert [pid for pid, _ in C.grid_points(cfg["experiments"]["mnist_ps30_predrec_a4"])] == [
+        "lr-0.01",
+        "lr-0.03",
+    ]
+    sel = Path(W.selection(cfg, "mnist_ps30_predrec_a4"))
+    sel.parent.mkdir(parents=True)
+    chosen = {"workflow_spec": "0" * 16, "experiment": "mnist_ps30_predrec_a4", "point": point}
+    chosen |= {"overrides": overrides, "best_valid_acc": 0.62, **({"draws": draws} if draws else {})}
+    sel.write_text(json.dumps(chosen))
+    assert W.damaged_stamped_files(cfg) == ([str(sel)] if damaged else [])
 
 
 def test_a_training_code_change_makes_the_selection_a_plain_input(tmp_path, monkeypatch):

@@ -232,16 +232,42 @@ def unloadable(err: ImportError) -> str | None:
 VERBOSITY = frozenset({"-q", "--quiet", "-v", "--verbose"})
 
 
+def verbosity(arg: str) -> bool:
+    """-q/-v and their long forms, and short ones run together as argparse takes them (`-vv`)."""
+    return arg in VERBOSITY or re.fullmatch(r"-[qv]+", arg) is not None
+
+
 def command_first(argv: list[str]) -> list[str]:
     """`argv` with -q/-v given before the command moved behind its name (every command takes
-    them; the same namespace): `-q train --config X` had trained outside its suite's job_env,
-    which psrnn.engine.jobenv finds on a command line that starts with the command."""
+    them; the same namespace): `-q train --config X` (and `-vv train`, battery N-AB2) had
+    trained outside its suite's job_env, which psrnn.engine.jobenv finds on a command line
+    that starts with the command."""
     lead = 0
-    while lead < len(argv) and argv[lead] in VERBOSITY:
+    while lead < len(argv) and verbosity(argv[lead]):
         lead += 1
     if 0 < lead < len(argv) and not argv[lead].startswith("-"):
         return [argv[lead], *argv[:lead], *argv[lead + 1 :]]
     return argv
+
+
+def refuse_second_config(argv: list[str]) -> None:
+    """A UserError for --config given twice: argparse keeps the last, while the suite's
+    job_env was read from the first (psrnn.engine.jobenv), so the run had trained one suite
+    under another's environment (battery N-AB4)."""
+    given = [a for a in argv if a == "--config" or a.startswith("--config=")]
+    if len(given) > 1:
+        raise UserError(f"--config given {len(given)} times: name one config")
+
+
+def entry() -> int:
+    """`python -m psrnn` and the installed `psrnn` script alike: -q/-v moved behind the
+    command, then `train` under its suite's job_env, as Snakemake runs it (the script had
+    called main directly and trained without it: battery N-AB3)."""
+    from psrnn.engine import jobenv
+
+    argv = command_first(sys.argv[1:])
+    jobenv.apply(argv)
+    return main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.devnull, "w") if drop else contextlib.nullcontext(sys.stdout) as out:
             with contextlib.redirect_stdout(out):
                 refuse_repeats(args)
+                refuse_second_config(argv)
                 status = int(importlib.import_module(args._module).run(args) or 0)
         LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
         return status

@@ -320,13 +320,31 @@ def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
     deleted every run on its data)."""
     paths = [(manifest(cfg, d), MANIFEST_KEYS) for d in data_job_datasets(cfg)]
     chosen = (*SELECTION_KEYS[:-1], registry.study_of(cfg).selection[0])  # its metric (engine.choose)
-    paths += [(selection(cfg, e), chosen) for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)]
+    grids = {selection(cfg, e): e for e in C.enabled_experiments(cfg) if C.has_grid(cfg, e)}
+    paths += [(p, chosen) for p in grids]
     found = {p: _json_or_none(Path(p)) for p, _ in paths if Path(p).is_file()}
     return [
         p
         for p, keys in paths
-        if p in found and not (isinstance(found[p], dict) and set(keys) <= set(found[p]))
+        if p in found
+        and not (isinstance(found[p], dict) and set(keys) <= set(found[p]))
+        or (p in grids and p in found and off_grid(cfg["experiments"][grids[p]], found[p]))
     ]
+
+
+def off_grid(exp: dict[str, Any], sel: Any) -> bool:
+    """True when a selected.json's point, or a draw's, is no point of the experiment's grid
+    or names other settings than that point's: Snakemake would train the final runs there
+    (fault battery A-2d: a hand-set `lr-0.5` outside the grid trained, rc 0; compile and
+    stale refused it only afterwards)."""
+    if not isinstance(sel, dict):
+        return False  # the key check names it
+    draws = sel.get("draws") or []
+    picks = [sel, *draws] if isinstance(draws, list) else [sel, draws]
+    return any(
+        not isinstance(d, dict) or C.point_overrides(exp, str(d.get("point"))) != d.get("overrides")
+        for d in picks
+    )
 
 
 def _json_or_none(path: Path) -> Any:
@@ -339,7 +357,7 @@ def _json_or_none(path: Path) -> Any:
 def check_stamped_files(cfg: dict[str, Any]) -> None:
     if bad := damaged_stamped_files(cfg):
         raise UserError(
-            "damaged (not JSON, or without the keys its job writes): "
+            "damaged (not JSON, without the keys its job writes, or choosing what its grid does not hold): "
             f"{', '.join(bad)}; delete them and run again (the jobs that wrote "
             "them make them anew); nothing was run"
         )

@@ -5,6 +5,7 @@ a temporary name and renamed into place, so a killed `prepare` leaves the old fo
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,6 +38,11 @@ def check_target(out_dir: Path) -> None:
         )
     if out_dir.is_dir():
         foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in WRITES or not p.is_file())
+        if not foreign and any(out_dir.iterdir()) and not prepared_manifest(out_dir / "manifest.json"):
+            # the names alone are not enough: a user's own manifest.json or train.pt had been
+            # deleted (confirming pass of stop 60, P06); prepare writes its folders whole, so
+            # one of its own always holds its manifest
+            foreign = sorted(p.name for p in out_dir.iterdir())
         if foreign:
             raise UserError(
                 f"{out_dir}: holds {foreign[0]!r}"
@@ -44,6 +50,15 @@ def check_target(out_dir: Path) -> None:
                 + ", which prepare did not write, and replaces the whole folder: name an empty or "
                 "prepared folder as --out"
             )
+
+
+def prepared_manifest(path: Path) -> bool:
+    """True when `path` is a manifest.json that prepare wrote (a JSON object with its keys)."""
+    try:
+        found = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and {"dataset", "counts", "num_classes", "input"} <= set(found)
 
 
 def seal(folder: Path) -> None:
