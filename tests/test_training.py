@@ -392,6 +392,41 @@ def test_a_checkpoint_is_resumed_only_on_the_same_prepared_data(tmp_path):
     assert stable_history(tmp_path / "run") == stable_history(tmp_path / "fresh")
 
 
+def test_a_finished_run_is_returned_only_on_the_data_it_records(tmp_path):
+    """Fault battery C X01: the prepared folder re-prepared with other options; the finished
+    run of the old data was returned as "already complete" with its numbers. Now its
+    record's data identity must be the data's now: else the run is refused like a changed
+    config (nothing touched) or, with --restart-on-change, trained again on the new data."""
+    data = write_images(tmp_path / "data", T=16)
+    cfg = small_cfg(data, max_epochs=2)
+    run = tmp_path / "run"
+    first = fit(cfg, run, log=quiet)
+    old = first_study.data_identity(cfg)
+    assert first["data_identity"] == old and len(old) == 32
+    write_images(data, T=16, seed=1)  # the same folder prepared again, otherwise
+    write_manifest(data, input="continuous", features=1, num_classes=3, scale=255, seed=1)
+    new = first_study.data_identity(cfg)
+    files = {p.name: p.read_bytes() for p in run.iterdir()}
+    with pytest.raises(ConfigChanged) as err:
+        fit(cfg, run, log=quiet)
+    assert str(err.value) == (
+        f"{run / 'metrics.json'} was written with a different config: prepared data (recorded "
+        f"manifest.json md5 {old}, now {new}); delete {run} or pass --restart-on-change to start this "
+        "run over"
+    )
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == files
+    # a record of psrnn before it kept the data identity is compared on its settings alone
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({k: v for k, v in record.items() if k != "data_identity"}))
+    assert fit(cfg, run, log=quiet)["test_acc"] == first["test_acc"]
+    (run / "metrics.json").write_text(json.dumps(record))
+    logs: list[str] = []
+    m = fit(cfg, run, log=logs.append, restart_on_change=True)
+    assert logs[0].startswith(f"starting over: {run / 'metrics.json'} is of a different config: prepared")
+    assert m["data_identity"] == new
+    assert stable(m) == stable(fit(cfg, tmp_path / "fresh", log=quiet))
+
+
 # --- failure and stopping rules ----------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from psrnn.engine.checkpoint import (
     RunState,
     adopt,
     config_differences,
+    data_difference,
     kernel_env,
     load_last,
     read_metrics,
@@ -63,6 +64,7 @@ COMMON_METRIC_KEYS = frozenset(
         "kernel_env",
         "torch_threads",
         "training_code",
+        "data_identity",
         "config",
     }
 )
@@ -148,14 +150,21 @@ def finished(
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The metrics of `out_dir` when it holds this run complete (None: it is to train). A
-    metrics.json of other settings is ConfigChanged, or with `restart_on_change` removed;
-    one of another run than `meta`'s is a UserError either way (refuse_other_run)."""
+    metrics.json of other settings, or of other data than the study's data_identity hook
+    names now (fault battery C X01: re-prepared data), is ConfigChanged, or with
+    `restart_on_change` removed; one of another run than `meta`'s is a UserError either way
+    (refuse_other_run). A record without data_identity (before psrnn recorded it), or data
+    that cannot be read now, compares the settings only."""
     metrics_path = out_dir / "metrics.json"
     if not metrics_path.is_file():
         return None
     done = read_metrics(metrics_path)
     refuse_other_run(metrics_path, done, run, meta)
     diff = config_differences(done["config"], run)
+    saved = done.get("data_identity")  # absent in records of psrnn before it
+    now = None if saved is None else hooks_of(registry.of_settings(run)).data_identity(run)
+    if saved is not None and now is not None:
+        diff += data_difference("recorded", str(saved), now)
     if not diff:
         log(f"already complete: {metrics_path}")
         return done
@@ -265,9 +274,11 @@ def run_metrics(
     peak_memory_mb: float,
     memory_method: str,
     device: torch.device,
+    data_identity: str | None = None,
 ) -> dict[str, Any]:
     """A finished run's metrics.json: the keys every study shares around the study's `own`,
-    checked against the study's declared METRIC_KEYS."""
+    checked against the study's declared METRIC_KEYS. `data_identity`: its data's (the
+    study's Data.identity; None where the settings determine the data)."""
     metrics = {
         "experiment": (meta or {}).get("experiment"),
         "config_name": (meta or {}).get("config_name"),
@@ -288,6 +299,7 @@ def run_metrics(
         **environment(device),
         "kernel_env": kernel_env(),
         "training_code": training_code(run),  # psrnn.engine.codehash digest (its checkpoint's too)
+        "data_identity": data_identity,  # a finished run is returned only on the same data (finished)
         "config": run.to_dict(),
     }
     expected = metric_keys(registry.of_settings(run))

@@ -237,12 +237,19 @@ def config_differences(saved: dict[str, Any], run: RunSettings) -> list[str]:
     ]
 
 
+def data_difference(whose: str, saved: str, now: str | None) -> list[str]:
+    """['prepared data (<whose> manifest.json md5 X, now Y)'] when the data a record names
+    (`saved`) is not the data now (`now`: the study's data identity, the md5 of a prepared
+    dataset's manifest.json), else []."""
+    return [] if now == saved else [f"prepared data ({whose} manifest.json md5 {saved}, now {now})"]
+
+
 def checkpoint_differences(ckpt: dict[str, Any], run: RunSettings, data: str | None) -> list[str]:
     """What makes a loaded ckpt_last.pt another run than `run` on `data` (empty: the same)."""
     diff = config_differences(ckpt["config"], run)
     saved_data = ckpt.get("data_manifest_md5")  # absent in checkpoints of psrnn before it
-    if saved_data is not None and saved_data != data:
-        diff.append(f"prepared data (checkpoint's manifest.json md5 {saved_data}, now {data})")
+    if saved_data is not None:
+        diff += data_difference("checkpoint's", saved_data, data)
     saved_env = ckpt.get("kernel_env")  # absent in checkpoints of psrnn before it
     if saved_env is not None:
         diff += [

@@ -17,7 +17,8 @@ engine supplies the bookkeeping, once for every study:
   study's resume-exempt ones aside) or other data is an error naming them, or with
   `restart_on_change` is set aside; `reuse` adopts a finished search run that is the same
   run; a run whose metrics.json exists returns it without training, if it records the
-  same settings (else that is the error, or with `restart_on_change` the run starts over);
+  same settings and data (else that is the error, or with `restart_on_change` the run
+  starts over);
   a folder whose record names another run (experiment, point, a final run's seed) is an
   error either way (checkpoint.refuse_other_run);
 - one writer: a process training a run folder holds it (sole_writer); a second one is
@@ -415,7 +416,7 @@ def finish_member(
     samples_per_s = len(data.train) * st.epoch / max(st.train_time_s, 1e-9)
     peak_mb = max(st.peak_memory_mb, memory.peak() / 2**20)
     metrics = run_metrics(
-        run, m.job.meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device
+        run, m.job.meta, st, own, diverged, wall, samples_per_s, peak_mb, memory.method, device, data.identity
     )
     write_json(out / "metrics.json", metrics)
     note = "" if diverged is None else f", diverged at epoch {diverged['epoch']}"

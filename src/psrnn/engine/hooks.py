@@ -93,6 +93,12 @@ class Hooks(abc.ABC):
         """Whether early stopping may end the run after `epoch` (default: after any)."""
         return True
 
+    def data_identity(self, run: Any) -> str | None:
+        """The identity `data(run)` would have, without loading the data (a finished run
+        is returned only on the data it records); None where the settings determine the
+        data, or none can be read now (default: None)."""
+        return None
+
 
 class Batched(abc.ABC):
     """Members (runs) trained as one model, each kept as its own: the engine's epoch loop

@@ -82,18 +82,20 @@ class Data:
     identity: str  # md5 of manifest.json (data_identity)
 
 
-def data_identity(cfg: S.RunConfig) -> str:
+def data_identity(run: S.RunConfig) -> str | None:
     """md5 of the prepared dataset's manifest.json: it records the sources' md5s, the
     preparation options and the resulting counts and lengths, so re-prepared data with
-    other settings has another identity (a checkpoint is only resumed on the same data)."""
-    return md5sum(Path(cfg.data_dir) / "manifest.json")
+    other settings has another identity (a checkpoint is only resumed, a finished run only
+    returned, on the same data). None when there is no manifest.json to read now."""
+    path = Path(run.data_dir) / "manifest.json"
+    return md5sum(path) if run.data_dir and path.is_file() else None
 
 
 def data(run: S.RunConfig) -> Data:
     if not run.data_dir:
         raise UserError("data_dir is empty: point it at a prepared dataset folder")
     manifest = read_manifest(run.data_dir)
-    identity = data_identity(run)
+    identity = md5sum(Path(run.data_dir) / "manifest.json")  # data_identity of the manifest just read
     train, valid, test = (load_split(run.data_dir, s) for s in ("train", "valid", "test"))
     return Data(train, valid, test, manifest, identity)
 
@@ -293,6 +295,7 @@ class PrivateSharedHooks(Hooks):
     optimizer = staticmethod(optimizer)
     limits = staticmethod(limits)
     may_stop = staticmethod(may_stop)
+    data_identity = staticmethod(data_identity)
     first_loss = staticmethod(first_loss)
     header = staticmethod(header)
     capture = staticmethod(capture)
