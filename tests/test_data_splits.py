@@ -23,6 +23,7 @@ import yaml
 
 from psrnn import config as C
 from psrnn.cli import main
+from psrnn.errors import UserError
 from psrnn.studies.private_shared.data import load_split, read_manifest
 from psrnn.studies.private_shared.data import prepare as P
 from psrnn.studies.private_shared.data.checks import CHECKSUMS, read_checksums
@@ -327,14 +328,71 @@ def test_n50_a_folder_without_checksums_is_refused(mnist, tmp_path, capsys):
 
 def test_n48_swapped_splits_with_counts_edited_and_checksums_deleted(mnist, tmp_path, capsys):
     """Battery C, N48: valid.pt as train.pt and back, the manifest's counts swapped to match
-    and splits.sha256 deleted had trained on the validation rows."""
+    and splits.sha256 deleted had trained on the validation rows. The swapped counts now
+    disagree with the options first (W02 below); without them the missing checksums tell."""
     (mnist / "train.pt").rename(mnist / "t.pt")
     (mnist / "valid.pt").rename(mnist / "train.pt")
     (mnist / "t.pt").rename(mnist / "valid.pt")
-    counts = read_manifest(mnist)["counts"]
+    m = read_manifest(mnist)
+    counts = m["counts"]
     edit_manifest(mnist, **{"counts.train": counts["valid"], "counts.valid": counts["train"]})
     (mnist / CHECKSUMS).unlink()
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'manifest.json'} is damaged (counts.valid 60 but prepare's options give 100 "
+        f"(valid_size 100)): {rerun('mnist')}"
+    )
+    edit_manifest(mnist, options={**m["options"], "valid_size": 60, "train": 100})
     assert refused(mnist, tmp_path, capsys) == f"{mnist / CHECKSUMS} {MISSING}: {rerun('mnist')}"
+
+
+def test_w02_swapped_splits_with_counts_balance_and_checksums_rewritten(mnist, tmp_path, capsys):
+    """Battery C, W02: N48 with splits.sha256 regenerated (sha256sum) instead of deleted, and
+    the class balance swapped too, had trained on the 100 validation rows with rc 0. The
+    manifest's options still say how many rows validation has: valid_size 100."""
+    (mnist / "train.pt").rename(mnist / "t.pt")
+    (mnist / "valid.pt").rename(mnist / "train.pt")
+    (mnist / "t.pt").rename(mnist / "valid.pt")
+    m = read_manifest(mnist)
+    counts, balance = m["counts"], m["class_balance"]
+    assert (counts["train"], counts["valid"]) == (60, 100)  # OPTIONS: valid_size 100, train at most 60
+    edit_manifest(
+        mnist,
+        **{"counts.train": counts["valid"], "counts.valid": counts["train"]},
+        **{"class_balance.train": balance["valid"], "class_balance.valid": balance["train"]},
+    )
+    seal(mnist)  # what sha256sum writes
+    before = {p.name: p.read_bytes() for p in mnist.iterdir()}
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / 'manifest.json'} is damaged (counts.valid 60 but prepare's options give 100 "
+        f"(valid_size 100)): {rerun('mnist')}"
+    )
+    assert {p.name: p.read_bytes() for p in mnist.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "dataset, change, says",
+    [
+        (
+            "mnist",
+            {"counts.train": 59},
+            "counts.train 59 but prepare's options give 60 (1200 training "
+            "samples less 100 for validation, at most 60)",
+        ),
+        (
+            "mnist",
+            {"counts.test": 61},
+            "counts.test 61 but prepare's options give 60 (300 test samples, at most 60)",
+        ),
+        ("imdb", {"counts.valid": 49}, "counts.valid 49 but prepare's options give 50 (valid_size 50)"),
+    ],
+)
+def test_counts_that_disagree_with_the_options_that_size_them(dataset, change, says, fresh, tmp_path):
+    folder = Path(shutil.copytree(fresh[dataset], tmp_path / dataset))
+    edit_manifest(folder, **change)
+    seal(folder)
+    with pytest.raises(UserError) as err:
+        read_manifest(folder)
+    assert str(err.value) == f"{folder / 'manifest.json'} is damaged ({says}): {rerun(dataset)}"
 
 
 def test_checksums_without_the_manifests_line_are_refused(mnist, tmp_path, capsys):

@@ -33,6 +33,7 @@ import torch
 
 CHECKSUMS = "splits.sha256"
 MANIFEST = "manifest.json"
+SPLIT_NAMES = ("train", "valid", "test")
 IMAGE_DTYPE = torch.uint8  # images: raw 8-bit values (N, T, F)
 TEXT_DTYPE = torch.uint8  # text: symbol indices (L,), ragged by offsets
 INDEX_DTYPE = torch.int64  # labels y (N,) and text offsets (N + 1,)
@@ -72,6 +73,60 @@ def manifest_problem(m: dict[str, Any]) -> str | None:
         not isinstance(counts, dict) or not all(_count(v) and v >= 0 for v in counts.values())
     ):
         return "counts: expected a count per split"
+    return sizes_problem(m)
+
+
+def _capped(n: int, cap: Any) -> tuple[int, str]:
+    return (n, "") if cap is None else (min(n, cap), f", at most {cap}")
+
+
+def _drawn_from(m: dict[str, Any], split: str) -> int | None:
+    """How many samples prepare drew `split` from: the official split's; for text, those of
+    min_chars characters or more (manifest's `filtered`)."""
+
+    def get(d: Any, key: str) -> Any:
+        return d.get(key) if isinstance(d, dict) else None
+
+    if m.get("input") == "categorical":
+        n = get(get(m.get("filtered"), split), "kept")
+    else:
+        n = get(m.get("official"), split)
+    return n if _count(n) else None
+
+
+def sizes_problem(m: dict[str, Any]) -> str | None:
+    """The counts against the options that size each split, as prepare applies them
+    (prepare_images, prepare_texts): validation is valid_size of the (kept) training
+    samples, or what train_size leaves of them; training the rest; test all (kept) test
+    samples; each capped by its option `train`, `valid` or `test`. A manifest whose counts
+    were swapped with its split files (fault battery C, W02) is refused here. A value a
+    manifest lacks, or holds in another form, checks nothing."""
+    counts, opts = m.get("counts"), m.get("options")
+    if not isinstance(counts, dict) or not isinstance(opts, dict):
+        return None
+    if not all(opts.get(k) is None or _count(opts[k]) for k in ("valid_size", "train_size", *SPLIT_NAMES)):
+        return None
+    pool = {split: n for split in ("train", "test") if (n := _drawn_from(m, split)) is not None}
+    kept = " kept" if m.get("input") == "categorical" else ""  # of min_chars characters or more
+    if opts.get("valid_size") is not None:
+        n_valid, basis = opts["valid_size"], f"valid_size {opts['valid_size']}"
+    elif opts.get("train_size") is not None and "train" in pool:
+        n_valid = pool["train"] - opts["train_size"]
+        basis = f"what train_size {opts['train_size']} leaves of {pool['train']}{kept} training samples"
+    else:
+        return None
+    want: dict[str, tuple[int, str]] = {}
+    n, cap = _capped(n_valid, opts.get("valid"))
+    want["valid"] = n, basis + cap
+    if "train" in pool:
+        n, cap = _capped(pool["train"] - n_valid, opts.get("train"))
+        want["train"] = n, f"{pool['train']}{kept} training samples less {n_valid} for validation{cap}"
+    if "test" in pool:
+        n, cap = _capped(pool["test"], opts.get("test"))
+        want["test"] = n, f"{pool['test']}{kept} test samples{cap}"
+    for split, (n, why) in want.items():
+        if _count(counts.get(split)) and counts[split] != n:
+            return f"counts.{split} {counts[split]} but prepare's options give {n} ({why})"
     return None
 
 
