@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -324,6 +325,33 @@ def test_n50_a_folder_without_checksums_is_refused(mnist, tmp_path, capsys):
     N50); an older psrnn's folder has none either."""
     (mnist / CHECKSUMS).unlink()
     assert refused(mnist, tmp_path, capsys) == f"{mnist / CHECKSUMS} {MISSING}: {rerun('mnist')}"
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("folder", "is a folder, not a file"),
+        ("/dev/zero", "is not a regular file (a device, FIFO or socket)"),
+        ("nothing", "not found (a link to nothing)"),
+    ],
+)
+def test_s15_s16_checksums_that_are_no_file_are_named_as_what_they_are(kind, why, mnist, tmp_path, capsys):
+    """Battery C, S15/S16: a splits.sha256 that is a folder, or a link to /dev/zero, was
+    reported "is missing"; it is named as what it is, and /dev/zero is never read."""
+    (mnist / CHECKSUMS).unlink()
+    if kind == "folder":
+        (mnist / CHECKSUMS).mkdir()
+    else:
+        (mnist / CHECKSUMS).symlink_to("/dev/zero" if kind == "/dev/zero" else mnist / "gone")
+    files = {p.name: p.read_bytes() for p in mnist.iterdir() if p.is_file()}  # all but splits.sha256
+    assert refused(mnist, tmp_path, capsys) == f"{mnist / CHECKSUMS} {why}: {rerun('mnist')}"
+    assert {p.name: p.read_bytes() for p in mnist.iterdir() if p.is_file()} == files and len(files) == 4
+    if kind == "folder":
+        assert list((mnist / CHECKSUMS).iterdir()) == []
+    else:
+        assert os.readlink(mnist / CHECKSUMS) == ("/dev/zero" if kind == "/dev/zero" else str(mnist / "gone"))
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+        read_checksums(mnist)
 
 
 def test_n48_swapped_splits_with_counts_edited_and_checksums_deleted(mnist, tmp_path, capsys):

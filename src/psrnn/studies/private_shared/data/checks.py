@@ -18,7 +18,7 @@ prepare writes the same manifest.json from the same archives, so finished runs s
 Each file is hashed once per process (IMDB's 64 MB of splits: ~50 ms, as long as torch.load
 takes to read them).
 
-Only the standard library and torch: the package's __init__ imports this module.
+Only the standard library, torch and psrnn.files: the package's __init__ imports this module.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from psrnn.files import not_a_file
 
 CHECKSUMS = "splits.sha256"
 MANIFEST = "manifest.json"
@@ -225,10 +227,13 @@ def checksums_text(digests: dict[str, str]) -> str:
 
 def read_checksums(folder: Path) -> dict[str, str] | None:
     """{file name: sha256} of the folder's splits.sha256; None without one; ValueError for a
-    file that is not in its format."""
+    file that is not in its format, or no regular file (a folder, a device: never read)."""
     path = folder / CHECKSUMS
-    if not path.is_file():
+    why = not_a_file(path)
+    if why == "not found":
         return None
+    if why is not None:
+        raise ValueError(why)
     out = {}
     for number, line in enumerate(path.read_text(encoding="ascii", errors="replace").splitlines(), 1):
         match = _LINE.fullmatch(line)
@@ -244,7 +249,12 @@ _VERIFIED: set[tuple[Any, ...]] = set()  # files whose sha256 matched, by path, 
 def checksum_problem(folder: Path, split: str) -> tuple[Path, str] | None:
     """(the file at fault, what is wrong with it) when `<split>.pt` or manifest.json is not
     the file that `prepare` wrote beside splits.sha256, or splits.sha256 is missing or lacks
-    their lines; None when all agree. Hashed once per process and file."""
+    their lines; None when all agree. Hashed once per process and file. A splits.sha256 that
+    is there but no file (a folder, a link to /dev/zero: fault battery C, S15/S16) is named
+    as what it is, never "missing", and never read."""
+    why = not_a_file(folder / CHECKSUMS)
+    if why is not None and why != "not found":
+        return folder / CHECKSUMS, why
     try:
         recorded = read_checksums(folder)
     except (OSError, ValueError) as err:
