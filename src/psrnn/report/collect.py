@@ -12,6 +12,7 @@ import io
 import json
 import math
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,6 +281,7 @@ def load_runs(
     if selections is None:
         selections = load_selections(cfg, results_dir)
     out: dict[str, list[Run]] = {}
+    points: dict[Path, str | None] = {}  # run folder -> its grid point (None: the one point)
     for exp in C.enabled_experiments(cfg):
         sel = selections.get(exp)
         runs = []
@@ -289,8 +291,32 @@ def load_runs(
                 point = overrides_for(sel, seed)[0] if sel else None
                 runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
                 require_files(d, ("history.csv",))
+                points[d] = point
+        check_params(runs, points)
         out[exp] = runs
     return out
+
+
+def check_params(runs: list[Run], points: dict[Path, str | None]) -> None:
+    """The parameter counts of one experiment's runs at one grid point are equal (they
+    follow from the settings alone): a record whose params and one part were edited
+    together passes check_derived's sum (confirming pass of stop 60, N-AB15: Table 2's
+    '#params ours' moved) but not this. A UserError naming both records."""
+    by_point: dict[str | None, list[Run]] = {}
+    for run in runs:
+        if "params" in run.metrics:
+            by_point.setdefault(points[run.dir], []).append(run)
+    for group in by_point.values():
+        counts = Counter(r.metrics["params"] for r in group)
+        usual = counts.most_common(1)[0][0]  # the odd one out is named (of two, the later seed)
+        odd = [r for r in group if r.metrics["params"] != usual] or []
+        if odd:
+            other = next(r for r in group if r.metrics["params"] == usual)
+            raise UserError(
+                f"{odd[0].dir / 'metrics.json'}: params = {odd[0].metrics['params']!r}, but "
+                f"{other.dir / 'metrics.json'} (the same settings) has {usual!r}: one was edited; "
+                "delete its folder"
+            )
 
 
 def require_files(run_dir: Path, names: tuple[str, ...]) -> None:
