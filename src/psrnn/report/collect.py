@@ -235,15 +235,11 @@ PARAM_PARTS = ("params_main", "params_head", "params_aux")
 
 
 def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
-    """The keys a record derives from its own values, recomputed as training computes them
-    (exactly: every committed record agrees to the last bit): the second study's test_acc
-    and test_bit_acc, the mean over its `test_bits` of the per-length seq_acc and bit_acc
-    (np.mean, in test_bits order); the first study's params, the sum of its parts. The
-    first study's test_acc comes from no other key of the record, so it is checked for its
-    range only. A hand edit of one of them (a test_acc of 0.45 beside lengths averaging
-    0.3693 once changed Table 4.5's summary and scores.json) is a UserError naming the file
-    and both values; a coherent edit of the per-length values themselves needs a re-train
-    to tell."""
+    """The keys a record derives from its own values, recomputed exactly as training does:
+    the second study's test_acc and test_bit_acc (np.mean of the per-length seq_acc and
+    bit_acc over `test_bits`), the first study's params (the sum of its parts). A hand edit
+    of one (a test_acc of 0.45 beside lengths averaging 0.3693 once changed Table 4.5) is a
+    UserError naming the file and both values."""
     bits = getattr(run, "test_bits", None)
     if bits is not None:
         for key, field_ in LENGTH_MEANS.items():
@@ -298,32 +294,23 @@ def load_runs(
 
 
 def check_params(runs: list[Run], points: dict[Path, str | None]) -> None:
-    """The parameter counts of one experiment's runs at one grid point are equal (they
-    follow from the settings alone): a record whose params and one part were edited
-    together passes check_derived's sum (confirming pass of stop 60, N-AB15: Table 2's
-    '#params ours' moved) but not this. A UserError naming both records."""
+    """One experiment's runs at one grid point record one parameter count (battery N-AB15)."""
     by_point: dict[str | None, list[Run]] = {}
-    for run in runs:
-        if "params" in run.metrics:
-            by_point.setdefault(points[run.dir], []).append(run)
+    for run in (r for r in runs if "params" in r.metrics):
+        by_point.setdefault(points[run.dir], []).append(run)
     for group in by_point.values():
-        counts = Counter(r.metrics["params"] for r in group)
-        usual = counts.most_common(1)[0][0]  # the odd one out is named (of two, the later seed)
-        odd = [r for r in group if r.metrics["params"] != usual] or []
-        if odd:
-            other = next(r for r in group if r.metrics["params"] == usual)
+        usual = Counter(r.metrics["params"] for r in group).most_common(1)[0][0]
+        for odd in (r for r in group if r.metrics["params"] != usual):
+            other = next(r.dir / "metrics.json" for r in group if r.metrics["params"] == usual)
             raise UserError(
-                f"{odd[0].dir / 'metrics.json'}: params = {odd[0].metrics['params']!r}, but "
-                f"{other.dir / 'metrics.json'} (the same settings) has {usual!r}: one was edited; "
-                "delete its folder"
+                f"{odd.dir / 'metrics.json'}: params = {odd.metrics['params']!r}, but {other} (the same "
+                f"settings) has {usual!r}: one was edited; delete its folder"
             )
 
 
 def require_files(run_dir: Path, names: tuple[str, ...]) -> None:
-    """A finished run is all its files: training writes metrics.json last, so one of `names`
-    missing beside it was deleted, and compile would average curves and draw figures over
-    fewer runs than its tables count without a word. A UserError naming the file, as a
-    damaged one is (load_history, load_npz)."""
+    """A finished run is all its files (training writes metrics.json last): one of `names`
+    missing was deleted, and figures would count fewer runs than tables. A UserError."""
     for name in names:
         if not (run_dir / name).is_file():
             raise UserError(

@@ -38,11 +38,13 @@ def check_target(out_dir: Path) -> None:
         )
     if out_dir.is_dir():
         foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in WRITES or not p.is_file())
-        if not foreign and any(out_dir.iterdir()) and not prepared_manifest(out_dir / "manifest.json"):
+        names = sorted(p.name for p in out_dir.iterdir())
+        if not foreign and set(names) - {CHECKSUMS} and not prepared_manifest(out_dir / "manifest.json"):
             # the names alone are not enough: a user's own manifest.json or train.pt had been
             # deleted (confirming pass of stop 60, P06); prepare writes its folders whole, so
-            # one of its own always holds its manifest
-            foreign = sorted(p.name for p in out_dir.iterdir())
+            # one of its own holds its manifest (or splits.sha256 alone: Snakemake deletes a
+            # job's declared outputs, the split files and manifest, before it runs prepare)
+            foreign = names
         if foreign:
             raise UserError(
                 f"{out_dir}: holds {foreign[0]!r}"
