@@ -303,6 +303,18 @@ def test_prepare_never_replaces_a_users_files_of_its_names(files, tmp_path, caps
     assert {p.name: p.read_text() for p in out.iterdir()} == files
 
 
+def test_prepare_replaces_a_folder_snakemake_emptied_but_for_its_checksums(tmp_path):
+    """Snakemake deletes a prepare job's declared outputs (the split files and manifest) before
+    it runs it; splits.sha256, not declared, is left alone there (tests/test_workflow_e2e.py)."""
+    raw = idx_raw(tmp_path / "raw", 28, 28)
+    out = tmp_path / "prepared"
+    argv = ["prepare", "mnist", "--raw", str(raw), "--out", str(out), *SMALL]
+    assert main(argv) == 0
+    for name in ("train.pt", "valid.pt", "test.pt", "manifest.json"):
+        (out / name).unlink()
+    assert main(argv) == 0 and sorted(p.name for p in out.iterdir()) == sorted(S.WRITES)
+
+
 def test_prepare_writes_through_a_link(tmp_path, capsys):
     """`--out LINK` writes into the folder the link names, the link kept (battery C, N60: it
     had been replaced by a real folder); that folder's own files are refused as any --out's."""

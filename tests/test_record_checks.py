@@ -153,6 +153,20 @@ def point_overrides(point: str) -> dict[str, float]:
     return dict(C.grid_points(C.load_suite(RELREG)["experiments"]["proto_both"]))[point]
 
 
+def test_compile_refuses_params_that_differ_between_seeds_of_one_setting(relreg_results, capsys):
+    """A record's params edited (params and a part together pass the sum check; here the
+    second study's, which has no parts) had moved '#params ours' without a word (confirming
+    pass of stop 60, N-AB15): runs at the same settings have the same parameter count."""
+    fixed = Path("results/relreg/runs/proto_both_thesis")  # no grid: every seed at one setting
+    edit_record(
+        relreg_results.parent.parent / fixed / "seed3" / "metrics.json", lambda m: m.update(params=2206)
+    )
+    assert refused(RELREG, relreg_results, capsys) == (
+        f"{fixed / 'seed3' / 'metrics.json'}: params = 2206, but {fixed / 'seed1' / 'metrics.json'} "
+        "(the same settings) has 1206: one was edited; delete its folder"
+    )
+
+
 def test_compile_refuses_a_hand_edited_draw(relreg_results, capsys):
     """36: a selected.json edited to a worse grid point, its stamp kept, was trusted: the
     final runs trained there and compiled as the suite's. Re-drawing from the search records

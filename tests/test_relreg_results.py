@@ -950,6 +950,16 @@ def test_stale_finds_runs_of_other_settings_and_forget_has_them_trained_again(tm
     assert all(why.startswith("not a run of this suite's settings (lr (checkpoint 0.5") for *_, why in found)
     (tmp_path / "rr.yaml").write_text(yaml.safe_dump(cfg))
     before = {p for p in Path().rglob("*") if p.is_file()}
+    from psrnn.engine import proofs
+
+    held = proofs.lock(cfg)  # a restamp at work: --forget waits for it (battery N-AB13)
+    assert main(["stale", "--config", "rr.yaml", "--forget"]) == 2
+    assert capsys.readouterr().err == (
+        f"psrnn stale: error: another restamp of {C.results_root(cfg)} is running: wait for it to end\n"
+    )
+    held.close()
+    before |= {C.results_root(cfg) / proofs.LOCK_NAME}  # the lock's file, ignored by git
+    assert {p for p in Path().rglob("*") if p.is_file()} == before
     assert main(["stale", "--config", "rr.yaml", "--forget"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == (

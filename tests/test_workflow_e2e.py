@@ -233,8 +233,8 @@ def test_a_damaged_manifest_or_selection_stops_the_workflow_before_it_plans(work
                     res = snakemake(workdir, *args)
                     assert res.returncode != 0
                     assert (
-                        f"psrnn: damaged (not JSON, or without the keys its job writes): {path}; "
-                        in res.stderr
+                        "psrnn: damaged (not JSON, without the keys its job writes, or choosing what its "
+                        f"grid does not hold): {path}; " in res.stderr
                     )
                 assert mtimes(workdir) == finished  # no finished run touched
         finally:

@@ -91,6 +91,21 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = C.load_suite(args.config)
+    from psrnn.engine import proofs
+
+    # --forget deletes records: never while a restamp re-trains and stamps them (it had
+    # ended on a bare "No such file" for the record it was proving: battery N-AB13)
+    held = proofs.lock(cfg) if args.forget and C.results_root(cfg).is_dir() else None
+    try:
+        return _run(args, cfg)
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _run(args: argparse.Namespace, cfg: dict) -> int:
+    from psrnn.engine import proofs
+
     found = stale_runs(cfg, code=args.code)
     for path, marker, why in found:
         print(f"{path}: {why}")
@@ -102,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     what = "trained by other training code" if args.code else "of other settings"
     print(f"stale {cfg['name']}: {len(found)} finished run(s) {what}{done}")
     if args.code:  # runs a restamp stamped whose proof is gone look current: name them
-        from psrnn.engine import proofs
-
         new = codehash.training_digest(registry.study_name(cfg))
         lost = proofs.lost(cfg, proofs.earlier_proofs(proofs.proof_path(cfg)), new)
         for path in lost:

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,15 +235,11 @@ PARAM_PARTS = ("params_main", "params_head", "params_aux")
 
 
 def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
-    """The keys a record derives from its own values, recomputed as training computes them
-    (exactly: every committed record agrees to the last bit): the second study's test_acc
-    and test_bit_acc, the mean over its `test_bits` of the per-length seq_acc and bit_acc
-    (np.mean, in test_bits order); the first study's params, the sum of its parts. The
-    first study's test_acc comes from no other key of the record, so it is checked for its
-    range only. A hand edit of one of them (a test_acc of 0.45 beside lengths averaging
-    0.3693 once changed Table 4.5's summary and scores.json) is a UserError naming the file
-    and both values; a coherent edit of the per-length values themselves needs a re-train
-    to tell."""
+    """The keys a record derives from its own values, recomputed exactly as training does:
+    the second study's test_acc and test_bit_acc (np.mean of the per-length seq_acc and
+    bit_acc over `test_bits`), the first study's params (the sum of its parts). A hand edit
+    of one (a test_acc of 0.45 beside lengths averaging 0.3693 once changed Table 4.5) is a
+    UserError naming the file and both values."""
     bits = getattr(run, "test_bits", None)
     if bits is not None:
         for key, field_ in LENGTH_MEANS.items():
@@ -280,6 +277,7 @@ def load_runs(
     if selections is None:
         selections = load_selections(cfg, results_dir)
     out: dict[str, list[Run]] = {}
+    points: dict[Path, str | None] = {}  # run folder -> its grid point (None: the one point)
     for exp in C.enabled_experiments(cfg):
         sel = selections.get(exp)
         runs = []
@@ -289,15 +287,30 @@ def load_runs(
                 point = overrides_for(sel, seed)[0] if sel else None
                 runs.append(Run(exp, seed, d, suite_run(cfg, d / "metrics.json", exp, seed, point=point)))
                 require_files(d, ("history.csv",))
+                points[d] = point
+        check_params(runs, points)
         out[exp] = runs
     return out
 
 
+def check_params(runs: list[Run], points: dict[Path, str | None]) -> None:
+    """One experiment's runs at one grid point record one parameter count (battery N-AB15)."""
+    by_point: dict[str | None, list[Run]] = {}
+    for run in (r for r in runs if "params" in r.metrics):
+        by_point.setdefault(points[run.dir], []).append(run)
+    for group in by_point.values():
+        usual = Counter(r.metrics["params"] for r in group).most_common(1)[0][0]
+        for odd in (r for r in group if r.metrics["params"] != usual):
+            other = next(r.dir / "metrics.json" for r in group if r.metrics["params"] == usual)
+            raise UserError(
+                f"{odd.dir / 'metrics.json'}: params = {odd.metrics['params']!r}, but {other} (the same "
+                f"settings) has {usual!r}: one was edited; delete its folder"
+            )
+
+
 def require_files(run_dir: Path, names: tuple[str, ...]) -> None:
-    """A finished run is all its files: training writes metrics.json last, so one of `names`
-    missing beside it was deleted, and compile would average curves and draw figures over
-    fewer runs than its tables count without a word. A UserError naming the file, as a
-    damaged one is (load_history, load_npz)."""
+    """A finished run is all its files (training writes metrics.json last): one of `names`
+    missing was deleted, and figures would count fewer runs than tables. A UserError."""
     for name in names:
         if not (run_dir / name).is_file():
             raise UserError(

@@ -15,7 +15,7 @@ import torch
 
 from psrnn import files
 from psrnn.errors import UserError
-from psrnn.studies.private_shared.data import SPLITS
+from psrnn.studies.private_shared.data import MANIFEST_KEYS, SPLITS
 from psrnn.studies.private_shared.data.checks import CHECKSUMS, checksums_text, sha256_bytes
 
 WRITES = (*(f"{split}.pt" for split in SPLITS), CHECKSUMS, "manifest.json")  # all a prepared folder holds
@@ -37,12 +37,15 @@ def check_target(out_dir: Path) -> None:
             f"{out_dir}: exists and is not a folder; prepare writes a folder there (name another --out)"
         )
     if out_dir.is_dir():
-        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in WRITES or not p.is_file())
-        if not foreign and any(out_dir.iterdir()) and not prepared_manifest(out_dir / "manifest.json"):
+        found = sorted(out_dir.iterdir())
+        foreign = [p.name for p in found if p.name not in WRITES or not p.is_file()]
+        names = [p.name for p in found]
+        if not foreign and set(names) - {CHECKSUMS} and not prepared_manifest(out_dir / "manifest.json"):
             # the names alone are not enough: a user's own manifest.json or train.pt had been
             # deleted (confirming pass of stop 60, P06); prepare writes its folders whole, so
-            # one of its own always holds its manifest
-            foreign = sorted(p.name for p in out_dir.iterdir())
+            # one of its own holds its manifest (or splits.sha256 alone: Snakemake deletes a
+            # job's declared outputs, the split files and manifest, before it runs prepare)
+            foreign = names
         if foreign:
             raise UserError(
                 f"{out_dir}: holds {foreign[0]!r}"
@@ -58,15 +61,14 @@ def prepared_manifest(path: Path) -> bool:
         found = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return False
-    return isinstance(found, dict) and {"dataset", "counts", "num_classes", "input"} <= set(found)
+    return isinstance(found, dict) and {"dataset", "counts", *MANIFEST_KEYS} <= set(found)
 
 
 def seal(folder: Path) -> None:
     """Write splits.sha256 for the split files and manifest.json already in `folder`, as
     `prepare` does: for folders written straight in the prepared format (the contract's and
     the tests' tiny datasets, a test that edits a split and its checksums alike)."""
-    names = (*(f"{split}.pt" for split in SPLITS), "manifest.json")
-    present = [name for name in names if (folder / name).is_file()]
+    present = [name for name in WRITES if name != CHECKSUMS and (folder / name).is_file()]
     digests = {name: sha256_bytes((folder / name).read_bytes()) for name in present}
     files.write_text(folder / CHECKSUMS, checksums_text(digests))
 
