@@ -55,6 +55,39 @@ def test_final_run_reuses_its_search_run(tmp_path, capsys):
     assert final["test"] == search["test"] and final["best_epoch"] == search["best_epoch"]
 
 
+def _final(tmp_path, *extra):
+    sel = tmp_path / "selected.json"
+    overrides = {"l2_cell": 0.001, "l2_noncell": 0.001, "noise": 0.1}
+    sel.write_text(json.dumps({"experiment": "proto_both", "point": POINT, "overrides": overrides}))
+    args = ["train", "--config", CI, "--experiment", "proto_both", "--seed", "0", "--threads", "1"]
+    return main([*args, "--selected", str(sel), "--out", str(tmp_path / "final"), *extra])
+
+
+def test_a_final_run_that_took_its_finished_search_run_resumes_after_its_metrics_are_lost(tmp_path, capsys):
+    """The copied ckpt_last.pt names the final run, not the search point: the final run's
+    own folder is never refused as another run's (refuse_other_run)."""
+    train(tmp_path / "search")
+    search = read_json(tmp_path / "search" / "metrics.json")
+    assert _final(tmp_path, "--reuse", str(tmp_path / "search")) == 0
+    (tmp_path / "final" / "metrics.json").unlink()
+    capsys.readouterr()
+    assert _final(tmp_path, "--reuse", str(tmp_path / "search")) == 0
+    assert "resumed after epoch 5" in capsys.readouterr().out
+    final = read_json(tmp_path / "final" / "metrics.json")
+    assert (final["test"], final["point"], final["experiment"]) == (search["test"], None, "proto_both")
+
+
+def test_a_final_run_resumes_from_its_unfinished_search_runs_checkpoint(tmp_path, capsys):
+    train(tmp_path / "search")
+    search = read_json(tmp_path / "search" / "metrics.json")
+    (tmp_path / "search" / "metrics.json").unlink()  # as if cut after its last checkpoint
+    capsys.readouterr()
+    assert _final(tmp_path, "--reuse", str(tmp_path / "search")) == 0
+    out = capsys.readouterr().out
+    assert "resumed from its checkpoint" in out and "resumed after epoch 5" in out
+    assert read_json(tmp_path / "final" / "metrics.json")["test"] == search["test"]
+
+
 def test_every_model_setting_reaches_the_model(tmp_path):
     """slots (RMC memory rows) is built as configured: the head reads slots x width units."""
     from psrnn.studies.relreg.models import build_model

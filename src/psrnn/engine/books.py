@@ -130,7 +130,7 @@ def restore(
     of another run than `meta`'s is a UserError, restart_on_change or not (refuse_other_run)."""
     last_path = out_dir / "ckpt_last.pt"
     if reuse is not None and not last_path.is_file():
-        log(adopt(Path(reuse), out_dir, run, data.identity))
+        log(adopt(Path(reuse), out_dir, run, data.identity, meta))
     if not last_path.is_file():
         return None
     try:

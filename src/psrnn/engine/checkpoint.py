@@ -274,7 +274,21 @@ def checkpoint_differences(ckpt: dict[str, Any], run: RunSettings, data: str | N
     return diff
 
 
-def adopt(source: Path, out_dir: Path, cfg: RunSettings, data: str | None) -> str:
+def copy_run_file(source: Path, dest: Path, meta: dict[str, Any] | None) -> None:
+    """Copy one file of a run folder into another run's folder; a ckpt_last.pt is written
+    naming the adopting run (`meta`'s experiment and point), so that the adopting run
+    resumes from it later (refuse_other_run), e.g. after its metrics.json is lost."""
+    if source.name != "ckpt_last.pt":
+        write_bytes(dest, source.read_bytes())
+        return
+    ckpt = read_checkpoint(source)
+    ckpt.update({k: (meta or {}).get(k) for k in ("experiment", "point")})
+    torch_save(dest, ckpt)
+
+
+def adopt(
+    source: Path, out_dir: Path, cfg: RunSettings, data: str | None, meta: dict[str, Any] | None = None
+) -> str:
     """Copy `source`'s checkpoints into `out_dir` when they are of the same run (settings,
     seed, data): a final run that is its experiment's search run at the selected point
     resumes from it instead of training again. Returns what was done, for the log."""
@@ -287,7 +301,7 @@ def adopt(source: Path, out_dir: Path, cfg: RunSettings, data: str | None) -> st
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in ("ckpt_best.pt", "history.csv", "ckpt_last.pt"):  # the one training reads last
         if (source / name).is_file():
-            write_bytes(out_dir / name, (source / name).read_bytes())
+            copy_run_file(source / name, out_dir / name, meta)
     return f"reusing {source}: the same run (settings, seed, data), resumed from its checkpoint"
 
 
@@ -316,7 +330,7 @@ def adopt_finished(
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in sorted(source.iterdir()):  # checkpoints, history, the study's own files
         if path.is_file() and path.name != "metrics.json":
-            write_bytes(out_dir / path.name, path.read_bytes())
+            copy_run_file(path, out_dir / path.name, meta)
     own = {k: (meta or {}).get(k) for k in ("experiment", "config_name", "point")}
     # reused_from: its time is the search run's (a report counts it there, not twice)
     metrics = {**done, **own, "reused_from": str(source), "config": cfg.to_dict()}
