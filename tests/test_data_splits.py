@@ -434,6 +434,34 @@ def test_checksums_without_the_manifests_line_are_refused(mnist, tmp_path, capsy
     )
 
 
+def test_s13_a_file_named_on_two_lines_is_refused(mnist, tmp_path, capsys):
+    """Battery C, S13: a wrong line for train.pt and the right one after it loaded (the last
+    line won) where `sha256sum -c` says FAILED; no line is passed over now."""
+    text = (mnist / CHECKSUMS).read_text()
+    (mnist / CHECKSUMS).write_text(f"{'0' * 64}  train.pt\n{text}")
+    assert refused(mnist, tmp_path, capsys) == (
+        f"{mnist / CHECKSUMS} is damaged (line 2 names train.pt again): {rerun('mnist')}"
+    )
+
+
+def test_s04_an_upper_case_digest_is_read_as_sha256sum_reads_it(imdb, tmp_path, capsys):
+    """Battery C, S04: `sha256sum -c` accepts a digest in upper case ("train.pt: OK"), and
+    psrnn had refused it; a wrong one in upper case is still the file that differs."""
+    lines = (imdb / CHECKSUMS).read_text().splitlines()
+    upper = [line[:64].upper() + line[64:] if line.endswith("train.pt") else line for line in lines]
+    (imdb / CHECKSUMS).write_text("".join(f"{line}\n" for line in upper))
+    assert read_checksums(imdb)["train.pt"] == hashlib.sha256((imdb / "train.pt").read_bytes()).hexdigest()
+    rc, lines = train(imdb, tmp_path, capsys, "imdb")
+    assert rc == 0 and lines == [], lines
+    wrong = ["F" * 64 + line[64:] if line.endswith("train.pt") else line for line in upper]
+    (imdb / CHECKSUMS).write_text("".join(f"{line}\n" for line in wrong))
+    shutil.rmtree(tmp_path / "run")
+    assert refused(imdb, tmp_path, capsys, "imdb") == (
+        f"{imdb / 'train.pt'} is not the file prepare wrote (sha256 differs from splits.sha256): "
+        f"{rerun('imdb')}"
+    )
+
+
 def test_prepare_again_writes_the_same_manifest(fresh, tmp_path):
     """The remedy both lines give: preparing the same archives again writes the manifest.json
     bytes (the runs' data identity) and split files it wrote before, with splits.sha256."""

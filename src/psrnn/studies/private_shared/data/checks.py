@@ -39,7 +39,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 IMAGE_DTYPE = torch.uint8  # images: raw 8-bit values (N, T, F)
 TEXT_DTYPE = torch.uint8  # text: symbol indices (L,), ragged by offsets
 INDEX_DTYPE = torch.int64  # labels y (N,) and text offsets (N + 1,)
-_LINE = re.compile(r"([0-9a-f]{64}) [ *](\S+)")
+_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S+)")  # sha256sum -c reads either case
 
 
 # --- the manifest ------------------------------------------------------------------------
@@ -226,8 +226,10 @@ def checksums_text(digests: dict[str, str]) -> str:
 
 
 def read_checksums(folder: Path) -> dict[str, str] | None:
-    """{file name: sha256} of the folder's splits.sha256; None without one; ValueError for a
-    file that is not in its format, or no regular file (a folder, a device: never read)."""
+    """{file name: sha256 in lower case} of the folder's splits.sha256; None without one;
+    ValueError for a file that is not in its format, names a file twice (`sha256sum -c`
+    checks every line; here no line may be passed over), or is no regular file (a folder,
+    a device: never read). An upper-case digest is read as `sha256sum -c` reads it."""
     path = folder / CHECKSUMS
     why = not_a_file(path)
     if why == "not found":
@@ -239,7 +241,9 @@ def read_checksums(folder: Path) -> dict[str, str] | None:
         match = _LINE.fullmatch(line)
         if not match:
             raise ValueError(f"line {number} is not '<sha256>  <file>'")
-        out[match.group(2)] = match.group(1)
+        if match.group(2) in out:
+            raise ValueError(f"line {number} names {match.group(2)} again")
+        out[match.group(2)] = match.group(1).lower()
     return out
 
 
