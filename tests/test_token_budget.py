@@ -10,8 +10,9 @@ import torch
 from test_training import Interrupt, kill_at, quiet, small_cfg, write_text
 
 from psrnn.cli import main
-from psrnn.engine.checkpoint import Generators, load_last
+from psrnn.engine.checkpoint import Generators, load_last, read_checkpoint
 from psrnn.engine.fit import fit
+from psrnn.files import torch_save
 from psrnn.studies.private_shared.data import batch_order, load_split, micro_batches
 from psrnn.studies.private_shared.epoch import evaluate
 from psrnn.studies.private_shared.hooks import data_identity, make_optimizer
@@ -154,8 +155,13 @@ def test_a_final_run_that_is_its_search_run_reuses_it_and_another_seed_does_not(
     assert any(line.endswith("nothing trained or evaluated again") for line in said)
     assert {**final, "point": "p1", "reused_from": None} == search
     assert final["reused_from"] == str(tmp_path / "search") and search["reused_from"] is None
-    for name in ("history.csv", "ckpt_best.pt", "ckpt_last.pt"):
+    for name in ("history.csv", "ckpt_best.pt"):
         assert (tmp_path / "final" / name).read_bytes() == (tmp_path / "search" / name).read_bytes()
+    # ckpt_last.pt: the search run's, naming the final run (its experiment and point)
+    ckpt = read_checkpoint(tmp_path / "search" / "ckpt_last.pt")
+    assert (ckpt["experiment"], ckpt["point"]) == (None, "p1")
+    torch_save(tmp_path / "renamed.pt", {**ckpt, "point": None})
+    assert (tmp_path / "final" / "ckpt_last.pt").read_bytes() == (tmp_path / "renamed.pt").read_bytes()
     for key in ("test_acc", "best_valid_acc", "best_epoch", "test_main_loss", "test_aux_loss", "epochs_run"):
         assert final[key] == search[key]
     said.clear()
