@@ -148,6 +148,18 @@ def test_compile_with_a_final_run_missing_says_so_on_stderr(relreg_results, caps
     assert "Final runs: 339 of 340 finished" in (relreg_results / "REPORT.md").read_text()
 
 
+def test_compile_with_a_search_run_missing_says_so_on_stderr(relreg_results, capsys):
+    """N-AB21: one search record gone (not the selected point's) changed REPORT.md's search
+    count, a grid table and a figure, and compile said nothing on the console."""
+    gone = Path("results/relreg/search/lstm_l2/hidden-6_l2-0.1_lr-0.05/metrics.json")
+    (relreg_results / "search" / "lstm_l2" / "hidden-6_l2-0.1_lr-0.05" / "metrics.json").unlink()
+    assert main(["compile", "--config", str(RELREG)]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"compile: warning: 1 of 330 search runs not finished (no metrics.json; first: {gone}): the "
+        "search's tables and figures count the 329 that are"
+    ]
+
+
 def point_overrides(point: str) -> dict[str, float]:
     """A grid point of relreg.yaml's proto_both: its overrides."""
     return dict(C.grid_points(C.load_suite(RELREG)["experiments"]["proto_both"]))[point]
