@@ -462,6 +462,41 @@ def test_s04_an_upper_case_digest_is_read_as_sha256sum_reads_it(imdb, tmp_path, 
     )
 
 
+SWAP = (("train", "test"), ("test", "train"))
+
+
+def test_w04_verify_names_a_swap_that_every_check_on_load_passes(fresh, mnist, tmp_path, capsys):
+    """Battery C, W04: train.pt and test.pt of equal size swapped, the manifest's counts
+    consistent and splits.sha256 written again pass every check on load (each file agrees
+    with the others); `prepare --verify` prepares again from the archives and names them.
+    It writes nothing in the folder, and leaves no temporary folder."""
+    raw = fresh["mnist"].parents[1] / "fx" / "mnist"
+    sets = [arg for k, v in OPTIONS["mnist"].items() for arg in ("--set", f"{k}={v}")]
+    argv = ["prepare", "mnist", "--raw", str(raw), "--out", str(mnist), "--verify", *sets]
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"verified: {mnist} is what prepare writes from {raw} (train.pt, valid.pt, test.pt, manifest.json)"
+    )
+    m = read_manifest(mnist)
+    assert m["counts"]["train"] == m["counts"]["test"] == 60  # equal sizes: the counts stay true
+    (mnist / "train.pt").rename(mnist / "t")
+    (mnist / "test.pt").rename(mnist / "train.pt")
+    (mnist / "t").rename(mnist / "test.pt")
+    per_split = {k: v for k, v in m.items() if isinstance(v, dict) and {"train", "test"} <= set(v)}
+    edit_manifest(mnist, **{f"{k}.{a}": v[b] for k, v in per_split.items() for a, b in SWAP})
+    seal(mnist)  # the checksums written again
+    assert train(mnist, tmp_path, capsys)[0] == 0  # loads: nothing on load can tell
+    before = {p.name: p.read_bytes() for p in mnist.iterdir()}
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"psrnn prepare: error: {mnist}: train.pt, test.pt, manifest.json not what prepare writes from "
+        f"{raw} with these options (edited or swapped): prepare it again (without --verify)"
+    )
+    assert {p.name: p.read_bytes() for p in mnist.iterdir()} == before
+    assert sorted(p.name for p in mnist.parent.iterdir()) == ["mnist"]
+
+
 def test_prepare_again_writes_the_same_manifest(fresh, tmp_path):
     """The remedy both lines give: preparing the same archives again writes the manifest.json
     bytes (the runs' data identity) and split files it wrote before, with splits.sha256."""

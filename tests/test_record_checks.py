@@ -148,6 +148,39 @@ def test_compile_with_a_final_run_missing_says_so_on_stderr(relreg_results, caps
     assert "Final runs: 339 of 340 finished" in (relreg_results / "REPORT.md").read_text()
 
 
+def test_compile_with_a_search_run_missing_says_so_on_stderr(relreg_results, capsys):
+    """N-AB21: one search record gone (not the selected point's) changed REPORT.md's search
+    count, a grid table and a figure, and compile said nothing on the console."""
+    gone = Path("results/relreg/search/lstm_l2/hidden-6_l2-0.1_lr-0.05/metrics.json")
+    (relreg_results / "search" / "lstm_l2" / "hidden-6_l2-0.1_lr-0.05" / "metrics.json").unlink()
+    assert main(["compile", "--config", str(RELREG)]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"compile: warning: 1 of 330 search runs not finished (no metrics.json; first: {gone}): the "
+        "search's tables and figures count the 329 that are"
+    ]
+
+
+def test_a_run_trained_outside_the_suites_job_env_is_no_run_of_it(relreg_results, capsys):
+    """The backstop behind battery N-AB2/N-AB3 (a by-hand train that skipped the job_env gave
+    0.635 where Snakemake's run gives 0.655): compile refuses such a record, and `stale`
+    lists it for --forget."""
+    from psrnn.engine.stale import stale_runs
+
+    path = relreg_results / "runs" / "proto_both" / "seed1" / "metrics.json"
+    edit_record(path, lambda m: m["kernel_env"].update(ATEN_CPU_CAPABILITY=None))
+    assert refused(RELREG, relreg_results, capsys) == (
+        f"{RUN / 'metrics.json'}: trained under other CPU kernel variables than the suite's job_env "
+        "(ATEN_CPU_CAPABILITY None, job_env 'default'); `python -m psrnn stale --config <config> --forget` "
+        "has Snakemake train it again"
+    )
+    why = "trained under other CPU kernel variables than the suite's job_env (ATEN_CPU_CAPABILITY None"
+    assert [(str(p), w[: len(why)]) for p, _, w in stale_runs(C.load_suite(RELREG))] == [
+        (str(RUN / "metrics.json"), why)
+    ]
+    edit_record(path, lambda m: m.pop("kernel_env"))  # before psrnn recorded it: not compared
+    assert main(["compile", "--config", str(RELREG)]) == 0
+
+
 def point_overrides(point: str) -> dict[str, float]:
     """A grid point of relreg.yaml's proto_both: its overrides."""
     return dict(C.grid_points(C.load_suite(RELREG)["experiments"]["proto_both"]))[point]

@@ -1010,6 +1010,24 @@ def test_a_single_seed_paper_config_says_it_gives_no_verdicts_and_what_would(tmp
     assert "**One seed per row: this config gives no verdicts**" in line and "quick-3seeds.yaml" in line
 
 
+def test_a_compile_without_the_prepared_data_says_so_on_stderr(tmp_path, monkeypatch, capsys):
+    """Battery N-AB16: compile in a clone without the data rewrote a committed Table 1 with
+    "not prepared" and said nothing; it now says which datasets are not here, and why the
+    tables differ."""
+    config = make_suite(tmp_path, keep=("mnist_gru",), acc={"mnist_gru": {0: 0.9, 1: 0.91, 2: 0.92}})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("psrnn.studies.private_shared.results.figures.write_figures", lambda s, d: [])
+    assert main(["compile", "--config", str(config)]) == 0
+    assert capsys.readouterr().err == ""
+    shutil.rmtree(tmp_path / "data" / "t" / "prepared")
+    assert main(["compile", "--config", str(config)]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "compile: warning: mnist not prepared here (data/t/prepared/): Table 1 and the auxiliary tasks' "
+        "floors say so instead of measuring it; prepare it first to compile what its data gives"
+    ]
+    assert "| not prepared |" in (tmp_path / "results" / "t" / "tables" / "table1.md").read_text()
+
+
 def test_a_compile_stopped_half_way_changes_no_output(tmp_path, monkeypatch, capsys):
     """Outputs of one compile change together or not at all: a compile killed after its
     tables (SIGTERM, as a scheduler sends it) leaves the last compile's tables, figures and

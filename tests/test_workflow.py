@@ -1,6 +1,7 @@
 """The workflow: file lists and job parameters (psrnn.workflow), and the Snakefile as
 Snakemake sees it (lint, dry runs of the paper, small and SLURM configs)."""
 
+import hashlib
 import json
 import os
 import re
@@ -720,8 +721,8 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
         p.write_text(text)
     assert W.damaged_stamped_files(cfg) == [str(cut)]  # a stale stamp is not damage: its job re-runs
     msg = (
-        r"^damaged \(not JSON, without the keys its job writes, or choosing what its grid does not "
-        rf"hold\): {re.escape(str(cut))}; delete them"
+        r"^damaged \(not JSON, without the keys its job writes, not the manifest.json its splits.sha256 "
+        rf"names, or choosing what its grid does not hold\): {re.escape(str(cut))}; delete them"
     )
     with pytest.raises(UserError, match=msg):
         W.check_stamped_files(cfg)
@@ -730,6 +731,27 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
         assert W.damaged_stamped_files(cfg) == [str(good), str(cut)], text
     cut.write_text(json.dumps({"workflow_spec": "0" * 16}))  # a stamp alone is no selection
     assert str(cut) in W.damaged_stamped_files(cfg)
+
+
+def test_a2c_a_manifest_that_is_not_the_one_its_checksums_name_is_damaged(tmp_path, monkeypatch):
+    """Battery A-2c: a manifest.json whose stamp's value was edited, every key kept, planned
+    every run on its data again without prepare, and each job's refusal deleted a finished
+    metrics.json. Its splits.sha256 line (prepare's) now tells it apart from a manifest that
+    is only stale (its config changed: prepare re-runs), before anything is planned."""
+    cfg = C.load_suite(C.ROOT / "config" / "small.yaml")
+    monkeypatch.chdir(tmp_path)
+    path = Path(W.manifest(cfg, "mnist"))
+    path.parent.mkdir(parents=True)
+    manifest = {"workflow_spec": "1" * 16, "dataset": "mnist", "counts": {"train": 1}, "num_classes": 10}
+    path.write_text(json.dumps(manifest))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    for line in (f"{digest}  manifest.json", f"{digest.upper()} *manifest.json"):  # as sha256sum -c reads
+        (path.parent / W.CHECKSUMS).write_text(f"{'0' * 64}  train.pt\n{line}\n")
+        assert W.damaged_stamped_files(cfg) == []
+    path.write_text(json.dumps({**manifest, "workflow_spec": "0" * 16}))
+    assert W.damaged_stamped_files(cfg) == [str(path)]
+    (path.parent / W.CHECKSUMS).write_text(f"{'0' * 64}  train.pt\n")  # no line: training names it
+    assert W.damaged_stamped_files(cfg) == []
 
 
 @pytest.mark.parametrize(

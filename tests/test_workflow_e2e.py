@@ -217,8 +217,9 @@ def test_a_lost_split_tensor_is_prepared_again_before_training(workdir):
 
 
 def test_a_damaged_manifest_or_selection_stops_the_workflow_before_it_plans(workdir):
-    """A cut manifest.json, or `{}`, made every run on the dataset re-run (its stamp unreadable
-    or missing), and Snakemake deleted their finished metrics.json before each job failed; a
+    """A cut manifest.json, or `{}`, or one whose stamp's value was edited (battery A-2c), made
+    every run on the dataset re-run (its stamp unreadable, missing or other), and Snakemake
+    deleted their finished metrics.json before each job failed; a
     cut selected.json, or `{}`, planned final runs, not select. Now: one line naming the file, and no
     job planned or run, whatever the target."""
     for path in (W.manifest(CFG, "mnist"), W.selection(CFG, "mnist_ps30_predrec_a4")):
@@ -227,14 +228,18 @@ def test_a_damaged_manifest_or_selection_stops_the_workflow_before_it_plans(work
         kept = (f.read_bytes(), f.stat().st_mtime_ns)
         finished = mtimes(workdir)
         try:
-            for damage in (kept[0][: len(kept[0]) // 2], b"{}"):  # cut; JSON without its job's keys
+            damages = [kept[0][: len(kept[0]) // 2], b"{}"]  # cut; JSON without its job's keys
+            if path == W.manifest(CFG, "mnist"):  # battery A-2c: the stamp's value edited, keys kept
+                damages.append(json.dumps({**json.loads(kept[0]), "workflow_spec": "0" * 16}).encode())
+            for damage in damages:
                 f.write_bytes(damage)
                 for args in (("-n",), ()):
                     res = snakemake(workdir, *args)
                     assert res.returncode != 0
                     assert (
-                        "psrnn: damaged (not JSON, without the keys its job writes, or choosing what its "
-                        f"grid does not hold): {path}; " in res.stderr
+                        "psrnn: damaged (not JSON, without the keys its job writes, not the manifest.json "
+                        f"its splits.sha256 names, or choosing what its grid does not hold): {path}; "
+                        in res.stderr
                     )
                 assert mtimes(workdir) == finished  # no finished run touched
         finally:

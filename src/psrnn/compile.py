@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         except UserError as err:  # it names the files where the user finds them, not their links
             raise UserError(str(err).replace(str(staging), str(results_dir))) from None
     print(f"compile: {len(written)} files in {results_dir} (study {study.name})")
-    if line := missing_line(cfg):
+    for line in missing_lines(cfg):
         print(line, file=sys.stderr)
     return 0
 
@@ -74,19 +74,31 @@ def check_folder_study(cfg: dict[str, Any], source: str | Path) -> None:
     )
 
 
-def missing_line(cfg: dict) -> str | None:
-    """One warning line when final runs of the suite have no metrics.json (unfinished, or
-    deleted), naming how many and the first (None: every one is there). A compile by hand
-    with one missing once said only "compile: N files", though verdict cells had changed;
-    REPORT.md says "339 of 340 finished", this says it where the command ran."""
-    finals = [Path(p) for p in W.final_metrics(cfg)]  # the final runs Snakemake's compile job waits for
-    missing = [p for p in finals if not p.is_file()]
-    if not missing:
-        return None
-    return (
-        f"compile: warning: {len(missing)} of {len(finals)} final runs not finished (no metrics.json; "
-        f"first: {missing[0]}): the tables and verdicts count the {len(finals) - len(missing)} that are"
-    )
+def missing_lines(cfg: dict) -> list[str]:
+    """A warning line for the final runs, and one for the grid search's runs, of the suite
+    that have no metrics.json (unfinished, or deleted), naming how many and the first ([]:
+    every one is there). A compile by hand with one missing once said only "compile: N
+    files", though verdict cells (final runs: battery N06) or the grid tables and figures
+    (search runs: N-AB21) had changed; REPORT.md says "339 of 340 finished", this says it
+    where the command ran."""
+    kinds = [
+        ("final runs", W.final_metrics(cfg)),  # what Snakemake's compile job waits for
+        ("search runs", [p for e in C.enabled_experiments(cfg) for p in W.search_metrics(cfg, e)]),
+    ]
+    lines = []
+    for kind, paths in kinds:
+        missing = [p for p in map(Path, paths) if not p.is_file()]
+        if missing:
+            counted = (
+                "the tables and verdicts count"
+                if kind == "final runs"
+                else "the search's tables and figures count"
+            )
+            lines.append(
+                f"compile: warning: {len(missing)} of {len(paths)} {kind} not finished (no metrics.json; "
+                f"first: {missing[0]}): {counted} the {len(paths) - len(missing)} that are"
+            )
+    return lines
 
 
 @contextlib.contextmanager

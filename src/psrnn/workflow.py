@@ -16,6 +16,7 @@ would merge with the user's), loads and validates it, and hands it to every comm
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -48,6 +49,7 @@ from psrnn.jobspec import (  # noqa: F401 (re-exports: the Snakefile's params an
 )
 
 SPLIT_FILES = ("train.pt", "valid.pt", "test.pt", "manifest.json")
+CHECKSUMS = "splits.sha256"  # prepare's sha256sum lines of SPLIT_FILES, beside them
 # Scheduler hints of one training job unless the suite config's `resources.train` says
 # otherwise: one GPU, host memory for the prepared split tensors, minutes of wall time.
 TRAIN_RESOURCES = {"gpu": 1, "mem_mb": 16000, "runtime": 24 * 60}
@@ -329,7 +331,21 @@ def damaged_stamped_files(cfg: dict[str, Any]) -> list[str]:
         if p in found
         and not (isinstance(found[p], dict) and set(keys) <= set(found[p]))
         or (p in grids and p in found and off_grid(cfg["experiments"][grids[p]], found[p]))
+        or (p in found and p not in grids and not_as_prepared(Path(p)))
     ]
+
+
+def not_as_prepared(path: Path) -> bool:
+    """True when a manifest.json is not the bytes its splits.sha256 line names (fault battery
+    A-2c: its stamp's value edited, every key kept, planned every run on it again without
+    prepare; each job refused on this line, and Snakemake deleted the finished runs'
+    metrics.json). Without that file or line, training names it (it reads it in full)."""
+    try:
+        lines = (path.parent / CHECKSUMS).read_text(encoding="ascii").splitlines()
+    except (OSError, ValueError):
+        return False
+    named = {line[:64].lower() for line in lines if line[64:] in (f"  {path.name}", f" *{path.name}")}
+    return bool(named) and hashlib.sha256(path.read_bytes()).hexdigest() not in named
 
 
 def off_grid(exp: dict[str, Any], sel: Any) -> bool:
@@ -357,7 +373,8 @@ def _json_or_none(path: Path) -> Any:
 def check_stamped_files(cfg: dict[str, Any]) -> None:
     if bad := damaged_stamped_files(cfg):
         raise UserError(
-            "damaged (not JSON, without the keys its job writes, or choosing what its grid does not hold): "
+            "damaged (not JSON, without the keys its job writes, not the manifest.json its splits.sha256 "
+            "names, or choosing what its grid does not hold): "
             f"{', '.join(bad)}; delete them and run again (the jobs that wrote "
             "them make them anew); nothing was run"
         )

@@ -25,6 +25,7 @@ from psrnn import registry
 from psrnn.errors import UserError
 from psrnn.files import read_json
 from psrnn.report import fmt
+from psrnn.report.records import LENGTH_ACCURACIES, check_derived, check_kernel_env, check_lengths
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,6 @@ def check_refs(cfg: dict[str, Any], reference: dict[str, Any]) -> None:
 # what every run's metrics.json must hold for compile to read it (psrnn.engine.fit writes more)
 REQUIRED = ("experiment", "seed", "test_acc", "best_valid_acc", "best_epoch", "epochs_run", "config")
 ACCURACIES = ("test_acc", "best_valid_acc")  # fractions in [0, 1]
-LENGTH_ACCURACIES = ("seq_acc", "bit_acc")  # the same, per test length (`test`: bits -> ...)
 
 
 def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point: str | None = None) -> dict:
@@ -183,6 +183,7 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         if not diff:
             check_lengths(path, m, run)
             check_derived(path, m, run)
+            check_kernel_env(path, m, cfg)
             return m
         tried.append(diff)
     fewest = min(tried, key=len)
@@ -190,73 +191,6 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
         f"{path}: not a run of this suite's settings ({'; '.join(fewest[:3])}); "
         "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
     )
-
-
-def check_lengths(path: Path, m: dict[str, Any], run: Any) -> None:
-    """A record's per-length results (`test`: length -> seq_acc, bit_acc, count; the second
-    study's) where its settings name the lengths (`test_bits`): exactly those lengths, each
-    with both accuracies and its count of test numbers, a positive integer: `test_count`, or
-    every number of that length where there are fewer (psrnn.studies.relreg.data.numbers_for).
-    A length the suite never tests once became a column of Table 4.5, a missing one a cell
-    from one seed fewer, a count of -1 a row of table45.csv; each is a UserError naming the
-    file."""
-    bits = getattr(run, "test_bits", None)
-    if bits is None:
-        return
-    test = m.get("test")
-    want = [str(b) for b in bits]
-    lengths = f"the suite's test_bits {', '.join(want)}"
-    if not isinstance(test, dict):
-        raise UserError(
-            f"{path}: test = {test!r} holds no results per length of {lengths}; delete its folder"
-        )
-    if extra := [str(k) for k in test if k not in want]:
-        raise UserError(
-            f"{path}: test holds length(s) {', '.join(extra)}, not of {lengths}; delete its folder"
-        )
-    if missing := [k for k in want if k not in test]:
-        raise UserError(f"{path}: test has no length(s) {', '.join(missing)} of {lengths}; delete its folder")
-    count = getattr(run, "test_count", None)
-    for b in bits:
-        t = test[str(b)]
-        absent = [f for f in (*LENGTH_ACCURACIES, "count") if not isinstance(t, dict) or f not in t]
-        if absent:
-            raise UserError(f"{path}: test.{b} has no {', '.join(absent)}; delete its folder")
-        n, expected = t["count"], None if count is None else min(int(count), 1 << int(b))
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (expected is not None and n != expected):
-            what = "a positive integer" if expected is None else f"{expected} (test_count {count})"
-            raise UserError(f"{path}: test.{b}.count = {n!r}, not {what}; delete its folder")
-
-
-# keys of a record that training derives from others of it: key -> (per-length field, or the
-# keys it is the sum of); psrnn.studies.relreg.hooks.finish, psrnn.studies.private_shared.models.count_params
-LENGTH_MEANS = {"test_acc": "seq_acc", "test_bit_acc": "bit_acc"}
-PARAM_PARTS = ("params_main", "params_head", "params_aux")
-
-
-def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
-    """The keys a record derives from its own values, recomputed exactly as training does:
-    the second study's test_acc and test_bit_acc (np.mean of the per-length seq_acc and
-    bit_acc over `test_bits`), the first study's params (the sum of its parts). A hand edit
-    of one (a test_acc of 0.45 beside lengths averaging 0.3693 once changed Table 4.5) is a
-    UserError naming the file and both values."""
-    bits = getattr(run, "test_bits", None)
-    if bits is not None:
-        for key, field_ in LENGTH_MEANS.items():
-            if key in m:
-                want = float(np.mean([m["test"][str(b)][field_] for b in bits]))
-                if m[key] != want:
-                    raise UserError(
-                        f"{path}: {key} = {m[key]!r}, but the mean of its test.<length>.{field_} is "
-                        f"{want!r} (edited); delete its folder"
-                    )
-    if all(k in m for k in ("params", *PARAM_PARTS)):
-        want_n = sum(m[k] for k in PARAM_PARTS)
-        if m["params"] != want_n:
-            raise UserError(
-                f"{path}: params = {m['params']!r}, but {' + '.join(PARAM_PARTS)} = {want_n!r} (edited); "
-                "delete its folder"
-            )
 
 
 def point_settings(exp: dict[str, Any], point: str) -> list[tuple[str, Any]]:

@@ -453,6 +453,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a prepare option, e.g. --set downsample=14 (repeatable)",
     )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="prepare again into a temporary folder and compare: names the files of --out that are "
+        "not what prepare writes (writes nothing there)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -472,6 +478,11 @@ def run(args: argparse.Namespace) -> int:
     if raw is None or out is None:
         raise UserError("give --config <suite.yaml>, or both --raw <folder> and --out <folder>")
     opts.update(C.parse_set(args.set))
+    if args.verify:  # a swap with the checksums written again passes every check on load (W04)
+        from psrnn.studies.private_shared.data.verify import verify
+
+        print(verify(lambda folder: prepare(args.dataset, raw, folder, opts, stamp=stamp), out, raw))
+        return 0
     m = prepare(args.dataset, raw, out, opts, stamp=stamp)
     counts = ", ".join(f"{s} {m['counts'][s]}" for s in SPLITS)
     mean = m["length"]["train"]["mean"]

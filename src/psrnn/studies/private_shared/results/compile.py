@@ -6,6 +6,7 @@ same runs give byte-identical files).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,4 +67,12 @@ def compile(cfg: dict[str, Any], results_dir: Path, reference_path: str | Path) 
         f"compile: from {finished} of {expected} runs"
         + ("" if s.scale_label is None else f" ({s.scale_label})")
     )
+    if absent := [ds for ds in C.enabled_datasets(cfg) if ds not in s.manifests]:
+        # battery N-AB16: a clone without the data rewrote a committed Table 1 without a word
+        print(
+            f"compile: warning: {', '.join(absent)} not prepared here ({C.data_root(cfg)}/prepared/): "
+            "Table 1 and the auxiliary tasks' floors say so instead of measuring it; prepare it first "
+            "to compile what its data gives",
+            file=sys.stderr,
+        )
     return compile_all(s, results_dir)

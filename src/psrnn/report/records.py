@@ -1,0 +1,105 @@
+"""The checks of one finished run's record beyond its keys and settings (psrnn.report.collect.
+suite_run reads a record through them, for compile and `stale`): per-length results where
+the settings name the lengths, the keys a record derives from its own values, and the CPU
+kernel variables it was trained under. Each failure is a UserError naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psrnn.errors import UserError
+
+LENGTH_ACCURACIES = ("seq_acc", "bit_acc")  # fractions in [0, 1], per test length (`test`: bits -> ...)
+
+
+def check_lengths(path: Path, m: dict[str, Any], run: Any) -> None:
+    """A record's per-length results (`test`: length -> seq_acc, bit_acc, count; the second
+    study's) where its settings name the lengths (`test_bits`): exactly those lengths, each
+    with both accuracies and its count of test numbers, a positive integer: `test_count`, or
+    every number of that length where there are fewer (psrnn.studies.relreg.data.numbers_for).
+    A length the suite never tests once became a column of Table 4.5, a missing one a cell
+    from one seed fewer, a count of -1 a row of table45.csv; each is a UserError naming the
+    file."""
+    bits = getattr(run, "test_bits", None)
+    if bits is None:
+        return
+    test = m.get("test")
+    want = [str(b) for b in bits]
+    lengths = f"the suite's test_bits {', '.join(want)}"
+    if not isinstance(test, dict):
+        raise UserError(
+            f"{path}: test = {test!r} holds no results per length of {lengths}; delete its folder"
+        )
+    if extra := [str(k) for k in test if k not in want]:
+        raise UserError(
+            f"{path}: test holds length(s) {', '.join(extra)}, not of {lengths}; delete its folder"
+        )
+    if missing := [k for k in want if k not in test]:
+        raise UserError(f"{path}: test has no length(s) {', '.join(missing)} of {lengths}; delete its folder")
+    count = getattr(run, "test_count", None)
+    for b in bits:
+        t = test[str(b)]
+        absent = [f for f in (*LENGTH_ACCURACIES, "count") if not isinstance(t, dict) or f not in t]
+        if absent:
+            raise UserError(f"{path}: test.{b} has no {', '.join(absent)}; delete its folder")
+        n, expected = t["count"], None if count is None else min(int(count), 1 << int(b))
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or (expected is not None and n != expected):
+            what = "a positive integer" if expected is None else f"{expected} (test_count {count})"
+            raise UserError(f"{path}: test.{b}.count = {n!r}, not {what}; delete its folder")
+
+
+# keys of a record that training derives from others of it: key -> (per-length field, or the
+# keys it is the sum of); psrnn.studies.relreg.hooks.finish, psrnn.studies.private_shared.models.count_params
+LENGTH_MEANS = {"test_acc": "seq_acc", "test_bit_acc": "bit_acc"}
+PARAM_PARTS = ("params_main", "params_head", "params_aux")
+
+
+def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
+    """The keys a record derives from its own values, recomputed exactly as training does:
+    the second study's test_acc and test_bit_acc (np.mean of the per-length seq_acc and
+    bit_acc over `test_bits`), the first study's params (the sum of its parts). A hand edit
+    of one (a test_acc of 0.45 beside lengths averaging 0.3693 once changed Table 4.5) is a
+    UserError naming the file and both values."""
+    bits = getattr(run, "test_bits", None)
+    if bits is not None:
+        for key, field_ in LENGTH_MEANS.items():
+            if key in m:
+                want = float(np.mean([m["test"][str(b)][field_] for b in bits]))
+                if m[key] != want:
+                    raise UserError(
+                        f"{path}: {key} = {m[key]!r}, but the mean of its test.<length>.{field_} is "
+                        f"{want!r} (edited); delete its folder"
+                    )
+    if all(k in m for k in ("params", *PARAM_PARTS)):
+        want_n = sum(m[k] for k in PARAM_PARTS)
+        if m["params"] != want_n:
+            raise UserError(
+                f"{path}: params = {m['params']!r}, but {' + '.join(PARAM_PARTS)} = {want_n!r} (edited); "
+                "delete its folder"
+            )
+
+
+def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """A record's `kernel_env` (the CPU-kernel variables it trained under,
+    psrnn.engine.checkpoint.KERNEL_ENV) against the suite's job_env: a run trained outside
+    it (a by-hand command that skipped the job_env: battery N-AB2/N-AB3 gave 0.635 where the
+    suite's runs give 0.655) is no run of the suite. A record without it (before psrnn
+    recorded it) is not compared."""
+    from psrnn.engine.checkpoint import KERNEL_ENV
+
+    saved = m.get("kernel_env")
+    if not isinstance(saved, dict):
+        return
+    env = cfg.get("job_env") or {}
+    other = [
+        f"{k} {saved.get(k)!r}, job_env {env.get(k)!r}" for k in KERNEL_ENV if saved.get(k) != env.get(k)
+    ]
+    if other:
+        raise UserError(
+            f"{path}: trained under other CPU kernel variables than the suite's job_env "
+            f"({'; '.join(other)}); "
+            "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
+        )
