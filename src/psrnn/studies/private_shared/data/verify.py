@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from psrnn.errors import UserError
-from psrnn.studies.private_shared.data import SPLITS
+from psrnn.studies.private_shared.data.checks import CHECKSUMS
+from psrnn.studies.private_shared.data.store import WRITES
 
-COMPARED = (*(f"{split}.pt" for split in SPLITS), "manifest.json")
+COMPARED = tuple(name for name in WRITES if name != CHECKSUMS)  # the split files, then manifest.json
 
 
 def _manifest(path: Path) -> Any:
@@ -55,7 +56,6 @@ def verify(prepare: Callable[[Path], Any], prepared: Path, raw: Path) -> str:
     to print when they agree, a UserError naming the files that differ when not."""
     if not (prepared / "manifest.json").is_file():
         raise UserError(f"{prepared}: no prepared dataset to verify (no manifest.json); prepare it first")
-    prepared.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".verify-{prepared.name}-", dir=prepared.parent))
     try:
         prepare(tmp / prepared.name)
