@@ -25,6 +25,7 @@ import yaml
 from psrnn import config as C
 from psrnn.cli import main
 from psrnn.errors import UserError
+from psrnn.files import read_sha256sums
 from psrnn.studies.private_shared.data import load_split, read_manifest
 from psrnn.studies.private_shared.data import prepare as P
 from psrnn.studies.private_shared.data.checks import CHECKSUMS, read_checksums
@@ -460,6 +461,44 @@ def test_s04_an_upper_case_digest_is_read_as_sha256sum_reads_it(imdb, tmp_path, 
         f"{imdb / 'train.pt'} is not the file prepare wrote (sha256 differs from splits.sha256): "
         f"{rerun('imdb')}"
     )
+
+
+D64, U64 = "0123456789abcdef" * 4, "0123456789ABCDEF" * 4
+
+
+@pytest.mark.parametrize(
+    "text, read",
+    [
+        (f"{D64}  train.pt\n{D64}  manifest.json\n", {"train.pt": D64, "manifest.json": D64}),
+        (f"{U64} *train.pt\r\n", {"train.pt": D64}),  # sha256sum -b's marker, upper case, CRLF
+        ("", {}),
+        (f"{D64}  train.pt\n{D64}  train.pt\n", "line 2 names train.pt again"),
+        (f"{D64}  ./train.pt\n{D64}  train.pt\n", {"./train.pt": D64, "train.pt": D64}),
+        (f"\ufeff{D64}  train.pt\n", "line 1 is not '<sha256>  <file>'"),  # a BOM
+        (f"{D64}   train.pt\n", "line 1 is not '<sha256>  <file>'"),
+        (f"{D64[:63]}  train.pt\n", "line 1 is not '<sha256>  <file>'"),
+        (f"{D64}  train.pt\n\n", "line 2 is not '<sha256>  <file>'"),
+        (None, None),
+        ("folder", "is a folder, not a file"),
+    ],
+)
+def test_planning_and_training_read_splits_sha256_by_one_rule(text, read, tmp_path):
+    """The Snakefile's planning (psrnn.files, torch-free) and training (the study's data
+    checks) read a splits.sha256 to the same answer: a file that training refuses never
+    vouches for an edited manifest.json at planning (battery A-2c's check), and no line
+    planning passes over is read by training."""
+    path = tmp_path / CHECKSUMS
+    if text == "folder":
+        path.mkdir()
+    elif text is not None:
+        path.write_bytes(text.encode())
+    answers = []
+    for reader in (lambda: read_sha256sums(path), lambda: read_checksums(tmp_path)):
+        try:
+            answers.append(reader())
+        except ValueError as err:
+            answers.append(str(err))
+    assert answers == [read, read]
 
 
 SWAP = (("train", "test"), ("test", "train"))

@@ -752,6 +752,17 @@ def test_a2c_a_manifest_that_is_not_the_one_its_checksums_name_is_damaged(tmp_pa
     assert W.damaged_stamped_files(cfg) == [str(path)]
     (path.parent / W.CHECKSUMS).write_text(f"{'0' * 64}  train.pt\n")  # no line: training names it
     assert W.damaged_stamped_files(cfg) == []
+    (path.parent / W.CHECKSUMS).unlink()  # an older psrnn's folder: training names it too
+    assert W.damaged_stamped_files(cfg) == []
+    for text in (  # a splits.sha256 that training refuses vouches for no edited manifest
+        f"{'0' * 64}  manifest.json\n{hashlib.sha256(path.read_bytes()).hexdigest()}  manifest.json\n",
+        f"not a line\n{hashlib.sha256(path.read_bytes()).hexdigest()}  manifest.json\n",
+    ):
+        (path.parent / W.CHECKSUMS).write_text(text)
+        assert W.damaged_stamped_files(cfg) == [str(path)], text
+    (path.parent / W.CHECKSUMS).unlink()
+    (path.parent / W.CHECKSUMS).mkdir()  # no file at all where it should be
+    assert W.damaged_stamped_files(cfg) == [str(path)]
 
 
 @pytest.mark.parametrize(

@@ -228,6 +228,33 @@ def not_a_file(path: str | Path) -> str | None:
     return "is not a regular file (a device, FIFO or socket)"
 
 
+_SHA256_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S+)")  # sha256sum -c reads either case
+
+
+def read_sha256sums(path: str | Path) -> dict[str, str] | None:
+    """{file name: sha256 in lower case} of a `sha256sum` file; None when there is none;
+    ValueError for a file that is not in its format, names a file twice (`sha256sum -c`
+    checks every line; here no line may be passed over), or is no regular file (a folder,
+    a device: never read). An upper-case digest and the binary marker `*` are read as
+    `sha256sum -c` reads them. Torch-free, so the Snakefile's planning reads a prepared
+    folder's splits.sha256 with the rules its training reads it by (tests/test_data_splits.py
+    holds both readers to the same answers)."""
+    why = not_a_file(path)
+    if why == "not found":
+        return None
+    if why is not None:
+        raise ValueError(why)
+    out: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="ascii", errors="replace").splitlines(), 1):
+        match = _SHA256_LINE.fullmatch(line)
+        if not match:
+            raise ValueError(f"line {number} is not '<sha256>  <file>'")
+        if match.group(2) in out:
+            raise ValueError(f"line {number} names {match.group(2)} again")
+        out[match.group(2)] = match.group(1).lower()
+    return out
+
+
 def unwritable(folder: str | Path) -> str | None:
     """Why the jobs could not write into `folder` (made where missing), or None: the first
     part of its path that exists is a file, or a folder this user may not write into (a

@@ -34,6 +34,7 @@ from psrnn.apptainer import (  # noqa: F401 (re-exports: the Snakefile's --use-s
     uses_apptainer,
 )
 from psrnn.errors import UserError
+from psrnn.files import read_sha256sums
 from psrnn.gpus import JOBS_PER_GPU_ENV, host_gpus
 from psrnn.jobspec import (  # noqa: F401 (re-exports: the Snakefile's params and threads)
     SPEC_KEY,
@@ -339,13 +340,19 @@ def not_as_prepared(path: Path) -> bool:
     """True when a manifest.json is not the bytes its splits.sha256 line names (fault battery
     A-2c: its stamp's value edited, every key kept, planned every run on it again without
     prepare; each job refused on this line, and Snakemake deleted the finished runs'
-    metrics.json). Without that file or line, training names it (it reads it in full)."""
+    metrics.json), or when that splits.sha256 is damaged, so that it vouches for nothing
+    (training refuses it by the same reader's rules). Without that file or line, training
+    names it."""
     try:
-        lines = (path.parent / CHECKSUMS).read_text(encoding="ascii").splitlines()
+        named = read_sha256sums(path.parent / CHECKSUMS)
     except (OSError, ValueError):
+        return True
+    if not named or path.name not in named:
         return False
-    named = {line[:64].lower() for line in lines if line[64:] in (f"  {path.name}", f" *{path.name}")}
-    return bool(named) and hashlib.sha256(path.read_bytes()).hexdigest() not in named
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() != named[path.name]
+    except OSError:
+        return True
 
 
 def off_grid(exp: dict[str, Any], sel: Any) -> bool:
