@@ -5,7 +5,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
+import yaml
+
+# In-process `main(["train", ...])` calls train as `python -m psrnn train` does: under the
+# suite's job_env, in effect before torch loads (psrnn.cli.job_env_in_effect refuses a
+# training command once torch is loaded without it). config/small.yaml's is every suite's.
+for _key, _value in yaml.safe_load((Path(__file__).parents[1] / "config" / "small.yaml").read_text())[
+    "job_env"
+].items():
+    os.environ[_key] = str(_value)
+
+import torch  # noqa: E402 (after the job_env above)
 
 # The README's test command runs `.tools/bin/uv run --frozen pytest`: uv is then not on PATH,
 # but `uv run` names itself in UV. Tests that call `uv` (the real image's build, the torch

@@ -69,7 +69,14 @@ def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_p
     script = train_cmd(
         tmp_path / "script", clean_env(), program=(str(Path(sys.executable).parent / "psrnn"),)
     )
-    for run in (twice, script):
+    # the confirming pass of stop 62: psrnn.cli.main called from Python (J-5) had trained
+    # outside the job_env too; it sets it while torch is not yet loaded
+    from_python = train_cmd(
+        tmp_path / "main",
+        clean_env(),
+        program=(sys.executable, "-c", "import sys, psrnn.cli as c; raise SystemExit(c.main(sys.argv[1:]))"),
+    )
+    for run in (twice, script, from_python):
         assert run["kernel_env"] == suite["job_env"] and run["test"] == by_hand["test"]
     abbreviated = subprocess.run(
         [sys.executable, "-m", "psrnn", "train", "--conf", RELREG_CI, "--experiment", "lstm_l2"],
@@ -81,6 +88,32 @@ def test_a_run_by_hand_gives_the_numbers_of_a_run_under_the_suites_job_env(tmp_p
     assert abbreviated.stderr.splitlines()[-1].endswith(
         "error: the following arguments are required: --config"
     )
+
+
+def test_a_run_in_a_process_that_loaded_torch_without_the_job_env_is_refused(tmp_path, capsys, monkeypatch):
+    """Battery J-6 (stop 62): torch imported first (a notebook), then the CLI's entry or main:
+    the job_env can no longer take effect, and the run had trained on other CPU kernels than
+    the suite's, rc 0. One line names the variables; nothing is written."""
+    assert "torch" in sys.modules
+    monkeypatch.delenv("MKL_CBWR")
+    out = tmp_path / "run"
+    assert (
+        main(["train", "--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--out", str(out)])
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        "psrnn train: error: the suite's job_env (MKL_CBWR=COMPATIBLE) is not in effect and torch is "
+        "already loaded in this process, so this run would train on other CPU kernels than the suite's: "
+        "start it as `python -m psrnn ...` (it sets them), or set them before torch is imported\n"
+    )
+    assert not out.exists()
+    monkeypatch.setenv("MKL_CBWR", "AUTO")  # set, but to another value
+    assert (
+        main(["train", "--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--out", str(out)])
+        == 2
+    )
+    assert "(MKL_CBWR=COMPATIBLE) is not in effect" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_second_config_is_refused(tmp_path, capsys):

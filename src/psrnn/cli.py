@@ -158,6 +158,7 @@ PATH_ERRORS = {
     errno.EBUSY: "{}: busy (a mount point or a folder in use), not a file",
     # over `ulimit -f` (Python ignores SIGXFSZ, so the write fails instead of the process)
     errno.EFBIG: "{}: file too large for this shell's file size limit (ulimit -f): raise it",
+    errno.ELOOP: "{}: a loop of symbolic links (a link that names itself, at last): point it at a folder",
 }
 
 
@@ -259,6 +260,28 @@ def refuse_second_config(argv: list[str]) -> None:
         raise UserError(f"--config given {len(given)} times: name one config")
 
 
+def missing_job_env(argv: list[str]) -> dict[str, str]:
+    """The variables of the suite's job_env that a training command line's process lacks."""
+    from psrnn.engine import jobenv
+
+    return {k: v for k, v in jobenv.suite_env(command_first(argv)).items() if os.environ.get(k) != v}
+
+
+def job_env_in_effect(argv: list[str]) -> None:
+    """A UserError naming the suite's job_env where main could not set it before torch loaded
+    (a notebook that imported torch first): the run had trained on other CPU kernels than
+    the suite's runs without a word (battery J-6 of stop 62: test_acc 0.635 where Snakemake's
+    run gives 0.655). main sets it itself while torch is not loaded (J-5: `psrnn.cli.main`
+    called from Python)."""
+    if missing := missing_job_env(argv):
+        named = ", ".join(f"{k}={v}" for k, v in missing.items())
+        raise UserError(
+            f"the suite's job_env ({named}) is not in effect and torch is already loaded in this "
+            "process, so this run would train on other CPU kernels than the suite's: start it as "
+            "`python -m psrnn ...` (it sets them), or set them before torch is imported"
+        )
+
+
 def entry() -> int:
     """`python -m psrnn` and the installed `psrnn` script alike: -q/-v moved behind the
     command, then `train` under its suite's job_env, as Snakemake runs it (the script had
@@ -272,6 +295,8 @@ def entry() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "torch" not in sys.modules:  # before the parser loads the commands' modules, and torch
+        os.environ.update(missing_job_env(argv))  # in effect when torch loads (J-5)
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
     try:
         args = build_parser().parse_args(argv)
@@ -295,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.redirect_stdout(out):
                 refuse_repeats(args)
                 refuse_second_config(argv)
+                job_env_in_effect(argv)
                 status = int(importlib.import_module(args._module).run(args) or 0)
         LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
         return status
