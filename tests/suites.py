@@ -51,6 +51,7 @@ def write_search(suite: dict, accs: dict[str, float]) -> dict[str, Path]:
             "valid_aux_loss": 0.0,
             "best_epoch": 1,
             "epochs_run": 1,
+            "kernel_env": dict(suite.get("job_env") or {}),
             "config": C.resolve_run(suite, "ps", seed, selected=overrides).to_dict(),
         }
         (d / "metrics.json").write_text(json.dumps(record))

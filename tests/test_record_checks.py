@@ -177,8 +177,12 @@ def test_a_run_trained_outside_the_suites_job_env_is_no_run_of_it(relreg_results
     assert [(str(p), w[: len(why)]) for p, _, w in stale_runs(C.load_suite(RELREG))] == [
         (str(RUN / "metrics.json"), why)
     ]
-    edit_record(path, lambda m: m.pop("kernel_env"))  # before psrnn recorded it: not compared
-    assert main(["compile", "--config", str(RELREG)]) == 0
+    for edit in (lambda m: m.pop("kernel_env"), lambda m: m.update(kernel_env=None)):  # battery J-8
+        edit_record(path, edit)
+        assert refused(RELREG, relreg_results, capsys) == (
+            f"{RUN / 'metrics.json'}: kernel_env = None, not the CPU kernel variables its run trained "
+            "under (edited); delete its folder"
+        )
 
 
 def point_overrides(point: str) -> dict[str, float]:
@@ -297,3 +301,32 @@ def test_select_refuses_a_first_study_record_whose_params_are_not_its_parts(tmp_
         "params_aux = 990 (edited); delete its folder"
     ], err
     assert not C.selection_path(suite, "ps").exists()
+
+
+def test_a_first_study_record_with_a_part_of_its_params_deleted_is_refused(tmp_path, monkeypatch, capsys):
+    """The confirming pass of stop 62, P-3: params edited and params_main deleted had switched
+    the sum check off, and every seed so edited moved Table 2's '#params ours'."""
+    monkeypatch.chdir(tmp_path)
+    cfg = write_tiny(tmp_path)
+    suite = C.load_suite(cfg)
+    records = write_search(suite, {"lr-0.1": 0.4, "lr-0.01": 0.6})
+    edit_record(records["lr-0.01"], lambda m: m.update(params=2000, params_head=50, params_aux=40))
+    assert main(["select", "--config", str(cfg), "--experiment", "ps"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"psrnn select: error: {records['lr-0.01']}: holds params_head, params_aux but no params_main "
+        "(edited); delete its folder"
+    ]
+    assert not C.selection_path(suite, "ps").exists()
+
+
+def test_a_final_record_edited_apart_from_the_search_record_it_took_is_refused(tmp_path, monkeypatch, capsys):
+    """The confirming pass of stop 62, 1i': a final run that took its search run's record
+    (`reused_from`) and was then edited coherently compiled; restamp alone compared the two."""
+    shutil.copytree(C.ROOT / "results" / "mnist-real", tmp_path / "results" / "mnist-real")
+    monkeypatch.chdir(tmp_path)
+    path = Path("results/mnist-real/runs/mnist_gru/seed0/metrics.json")
+    source = json.loads(path.read_text())["reused_from"]
+    edit_record(path, lambda m: m.update(test_acc=m["test_acc"] + 0.01))
+    assert refused(C.ROOT / "config" / "mnist-real.yaml", tmp_path / "results" / "mnist-real", capsys) == (
+        f"{path}: took the record of {source} but differs from it in test_acc (edited); delete its folder"
+    )

@@ -108,6 +108,7 @@ def write_run(
         "device_name": "Test CPU",
         "torch_version": "2.9.0",
         "git_commit": "abc1234",
+        "kernel_env": dict(cfg.get("job_env") or {}),
         "config": run_cfg,
     }
     (d / "metrics.json").write_text(json.dumps(metrics))

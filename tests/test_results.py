@@ -159,6 +159,7 @@ def write_run(root: Path, cfg: dict, exp: str, seed: int, test_acc: float, valid
         "best_epoch": 3,
         "epochs_run": 3,
         "stopped": "max_epochs",
+        "kernel_env": dict(cfg.get("job_env") or {}),
         "test_main_loss": 1.0 - test_acc,
         "test_aux_loss": 0.25 if has_aux else 0.0,
         "valid_main_loss": 0.3,

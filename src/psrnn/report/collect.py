@@ -25,7 +25,13 @@ from psrnn import registry
 from psrnn.errors import UserError
 from psrnn.files import read_json
 from psrnn.report import fmt
-from psrnn.report.records import LENGTH_ACCURACIES, check_derived, check_kernel_env, check_lengths
+from psrnn.report.records import (
+    LENGTH_ACCURACIES,
+    check_derived,
+    check_kernel_env,
+    check_lengths,
+    check_reused,
+)
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,7 @@ def suite_run(cfg: dict[str, Any], path: Path, experiment: str, seed: int, point
             check_lengths(path, m, run)
             check_derived(path, m, run)
             check_kernel_env(path, m, cfg)
+            check_reused(path, m, cfg)
             return m
         tried.append(diff)
     fewest = min(tried, key=len)

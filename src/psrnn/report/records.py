@@ -73,7 +73,12 @@ def check_derived(path: Path, m: dict[str, Any], run: Any) -> None:
                         f"{path}: {key} = {m[key]!r}, but the mean of its test.<length>.{field_} is "
                         f"{want!r} (edited); delete its folder"
                     )
-    if all(k in m for k in ("params", *PARAM_PARTS)):
+    if parts := [k for k in PARAM_PARTS if k in m]:  # the first study's: all of them, with params
+        if missing := [k for k in ("params", *PARAM_PARTS) if k not in m]:
+            # one deleted had switched the sum check off (the confirming pass of stop 62, P-3)
+            raise UserError(
+                f"{path}: holds {', '.join(parts)} but no {', '.join(missing)} (edited); delete its folder"
+            )
         want_n = sum(m[k] for k in PARAM_PARTS)
         if m["params"] != want_n:
             raise UserError(
@@ -86,13 +91,17 @@ def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None
     """A record's `kernel_env` (the CPU-kernel variables it trained under,
     psrnn.engine.checkpoint.KERNEL_ENV) against the suite's job_env: a run trained outside
     it (a by-hand command that skipped the job_env: battery N-AB2/N-AB3 gave 0.635 where the
-    suite's runs give 0.655) is no run of the suite. A record without it (before psrnn
-    recorded it) is not compared."""
+    suite's runs give 0.655) is no run of the suite. Every record psrnn writes holds it (all
+    7,496 committed ones do): one without it, or with no mapping there, was edited (battery
+    J-8: the key deleted had passed the check)."""
     from psrnn.engine.checkpoint import KERNEL_ENV
 
     saved = m.get("kernel_env")
     if not isinstance(saved, dict):
-        return
+        raise UserError(
+            f"{path}: kernel_env = {saved!r}, not the CPU kernel variables its run trained under "
+            "(edited); delete its folder"
+        )
     env = cfg.get("job_env") or {}
     other = [
         f"{k} {saved.get(k)!r}, job_env {env.get(k)!r}" for k in KERNEL_ENV if saved.get(k) != env.get(k)
@@ -102,4 +111,26 @@ def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None
             f"{path}: trained under other CPU kernel variables than the suite's job_env "
             f"({'; '.join(other)}); "
             "`python -m psrnn stale --config <config> --forget` has Snakemake train it again"
+        )
+
+
+def check_reused(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """A final run that took its search run's record as its own (`reused_from`,
+    psrnn.engine.checkpoint.adopt_finished) holds that record's numbers: the study's
+    regression keys and per-length accuracies, as `restamp` compares them. One edited apart
+    from its source (the confirming pass of stop 62, 1i': a coherent edit of a reused
+    relreg record moved Table 4.5's bit accuracy 35.94 -> 45.94) is a UserError naming both
+    files. A source that is gone is not compared (compile warns of a missing search run)."""
+    from psrnn import registry
+    from psrnn.files import read_json
+
+    source = m.get("reused_from")
+    if not source or not (Path(str(source)) / "metrics.json").is_file():
+        return
+    theirs = read_json(Path(str(source)) / "metrics.json")
+    keys = [*registry.study_of(cfg).regression_keys, "test"]
+    if differ := [k for k in keys if isinstance(theirs, dict) and m.get(k) != theirs.get(k)]:
+        raise UserError(
+            f"{path}: took the record of {source} but differs from it in {', '.join(differ)} (edited); "
+            "delete its folder"
         )
