@@ -719,10 +719,13 @@ def test_damaged_stamped_files_are_named_before_anything_is_planned(tmp_path, mo
     for p, text in ((good, json.dumps(manifest)), (cut, '{"overrides": {"lr"')):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
+    (good.parent / W.CHECKSUMS).write_text(
+        f"{hashlib.sha256(good.read_bytes()).hexdigest()}  manifest.json\n"
+    )
     assert W.damaged_stamped_files(cfg) == [str(cut)]  # a stale stamp is not damage: its job re-runs
     msg = (
-        r"^damaged \(not JSON, without the keys its job writes, not the manifest.json its splits.sha256 "
-        rf"names, or choosing what its grid does not hold\): {re.escape(str(cut))}; delete them"
+        r"^damaged \(not JSON, without the keys its job writes, not the manifest.json a sound splits.sha256 "
+        rf"beside it names, or choosing what its grid does not hold\): {re.escape(str(cut))}; delete them"
     )
     with pytest.raises(UserError, match=msg):
         W.check_stamped_files(cfg)
@@ -750,17 +753,15 @@ def test_a2c_a_manifest_that_is_not_the_one_its_checksums_name_is_damaged(tmp_pa
         assert W.damaged_stamped_files(cfg) == []
     path.write_text(json.dumps({**manifest, "workflow_spec": "0" * 16}))
     assert W.damaged_stamped_files(cfg) == [str(path)]
-    (path.parent / W.CHECKSUMS).write_text(f"{'0' * 64}  train.pt\n")  # no line: training names it
-    assert W.damaged_stamped_files(cfg) == []
-    (path.parent / W.CHECKSUMS).unlink()  # an older psrnn's folder: training names it too
-    assert W.damaged_stamped_files(cfg) == []
     for text in (  # a splits.sha256 that training refuses vouches for no edited manifest
+        f"{'0' * 64}  train.pt\n",  # stop 62's pass, M-4: the manifest's line removed
         f"{'0' * 64}  manifest.json\n{hashlib.sha256(path.read_bytes()).hexdigest()}  manifest.json\n",
         f"not a line\n{hashlib.sha256(path.read_bytes()).hexdigest()}  manifest.json\n",
     ):
         (path.parent / W.CHECKSUMS).write_text(text)
         assert W.damaged_stamped_files(cfg) == [str(path)], text
-    (path.parent / W.CHECKSUMS).unlink()
+    (path.parent / W.CHECKSUMS).unlink()  # deleted, or an older psrnn's folder: training refuses it
+    assert W.damaged_stamped_files(cfg) == [str(path)]
     (path.parent / W.CHECKSUMS).mkdir()  # no file at all where it should be
     assert W.damaged_stamped_files(cfg) == [str(path)]
 

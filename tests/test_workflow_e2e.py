@@ -237,9 +237,9 @@ def test_a_damaged_manifest_or_selection_stops_the_workflow_before_it_plans(work
                     res = snakemake(workdir, *args)
                     assert res.returncode != 0
                     assert (
-                        "psrnn: damaged (not JSON, without the keys its job writes, not the manifest.json "
-                        f"its splits.sha256 names, or choosing what its grid does not hold): {path}; "
-                        in res.stderr
+                        "psrnn: damaged (not JSON, without the keys its job writes, not the manifest.json a "
+                        "sound splits.sha256 beside it names, or choosing what its grid does not hold): "
+                        f"{path}; " in res.stderr
                     )
                 assert mtimes(workdir) == finished  # no finished run touched
         finally:

@@ -340,19 +340,20 @@ def not_as_prepared(path: Path) -> bool:
     """True when a manifest.json is not the bytes its splits.sha256 line names (fault battery
     A-2c: its stamp's value edited, every key kept, planned every run on it again without
     prepare; each job refused on this line, and Snakemake deleted the finished runs'
-    metrics.json), or when that splits.sha256 is damaged, so that it vouches for nothing
-    (training refuses it by the same reader's rules). Without that file or line, training
-    names it."""
+    metrics.json), or when that splits.sha256 cannot vouch for it: missing, damaged (training
+    refuses it by the same reader's rules) or without the manifest's line (the confirming pass
+    of stop 62, M-4/M-5: the stamp edited and that line removed or doubled had re-planned and
+    deleted a finished run). prepare writes the two together, so a folder of its own always
+    has both; an older psrnn's, which training refuses too, is made again by prepare."""
     try:
         named = read_sha256sums(path.parent / CHECKSUMS)
+        return named is None or path.name not in named or sha256_of(path) != named[path.name]
     except (OSError, ValueError):
         return True
-    if not named or path.name not in named:
-        return False
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() != named[path.name]
-    except OSError:
-        return True
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def off_grid(exp: dict[str, Any], sel: Any) -> bool:
@@ -380,8 +381,8 @@ def _json_or_none(path: Path) -> Any:
 def check_stamped_files(cfg: dict[str, Any]) -> None:
     if bad := damaged_stamped_files(cfg):
         raise UserError(
-            "damaged (not JSON, without the keys its job writes, not the manifest.json its splits.sha256 "
-            "names, or choosing what its grid does not hold): "
+            "damaged (not JSON, without the keys its job writes, not the manifest.json a sound splits.sha256 "
+            "beside it names, or choosing what its grid does not hold): "
             f"{', '.join(bad)}; delete them and run again (the jobs that wrote "
             "them make them anew); nothing was run"
         )
