@@ -283,11 +283,17 @@ def test_prepare_never_replaces_what_it_did_not_write(target, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "files",
-    [{"manifest.json": '{"name": "my web app", "icons": []}'}, {"train.pt": "data", "test.pt": "notes"}],
+    [
+        {"manifest.json": '{"name": "my web app", "icons": []}'},
+        {"train.pt": "data", "test.pt": "notes"},
+        {"splits.sha256": f"{'0' * 64}  a.txt\n"},  # stop 62, P06c: a user's own checksum list
+        {"splits.sha256": "my notes\n"},
+    ],
 )
 def test_prepare_never_replaces_a_users_files_of_its_names(files, tmp_path, capsys):
     """A folder holding only a user's own manifest.json, or train.pt and test.pt, had been
-    replaced (confirming pass of stop 60, P06/P06b): a folder prepare wrote holds its manifest."""
+    replaced (confirming pass of stop 60, P06/P06b): a folder prepare wrote holds its manifest;
+    a splits.sha256 alone is prepare's only when it names prepare's files."""
     raw = idx_raw(tmp_path / "raw", 28, 28)
     out = tmp_path / "mine"
     out.mkdir()

@@ -9,12 +9,14 @@ manifest.json again."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import pickle
 import re
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -533,6 +535,37 @@ def test_w04_verify_names_a_swap_that_every_check_on_load_passes(fresh, mnist, t
         f"{raw} with these options (edited or swapped): prepare it again (without --verify)"
     )
     assert {p.name: p.read_bytes() for p in mnist.iterdir()} == before
+    assert sorted(p.name for p in mnist.parent.iterdir()) == ["mnist"]
+
+
+def test_verify_reads_a_read_only_folder_and_leaves_out_the_workflows_stamp(
+    fresh, mnist, monkeypatch, capsys
+):
+    """Battery C of stop 62: V05, a prepared folder whose parent cannot be written (a read-only
+    mount) could not be verified, and the line named a temporary folder that never existed;
+    V07, a folder Snakemake's prepare stamped differs from one a `--set` prepares only in that
+    stamp (the config that asked for it), and was called "edited or swapped"."""
+    raw = fresh["mnist"].parents[1] / "fx" / "mnist"
+    sets = [arg for k, v in OPTIONS["mnist"].items() for arg in ("--set", f"{k}={v}")]
+    edit_manifest(mnist, workflow_spec="0123456789abcdef")
+    seal(mnist)
+    made = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(suffix=None, prefix=None, dir=None):
+        if Path(dir or "/") == mnist.parent:
+            raise OSError(errno.EROFS, "Read-only file system", str(dir))
+        if dir is None and str(prefix).startswith("psrnn-verify-"):
+            made.append(real(suffix, prefix))
+            return made[-1]
+        return real(suffix, prefix, dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    capsys.readouterr()
+    assert main(["prepare", "mnist", "--raw", str(raw), "--out", str(mnist), "--verify", *sets]) == 0
+    assert capsys.readouterr().out.startswith(f"verified: {mnist} is what prepare writes from {raw}")
+    assert [Path(m).name.startswith("psrnn-verify-mnist-") for m in made] == [True]
+    assert not Path(made[0]).exists()  # removed
     assert sorted(p.name for p in mnist.parent.iterdir()) == ["mnist"]
 
 

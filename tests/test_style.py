@@ -272,11 +272,23 @@ def test_nothing_below_the_snakefile_helper_imports_it():
 # (BANNED), any reference to the builtins that do (BUILTINS) and any use of a binding of
 # either but a loader call, which is then judged by its argument. A deliberate gadget chain
 # (an object's __class__ walked to the builtins) is a reviewer's to catch, not a rule's.
-BANNED = ("importlib", "pkgutil", "runpy", "builtins", "imp", "zipimport")
+# Loaders by name beyond importlib's: pydoc.locate (the confirming pass of stop 62, 8a: a
+# change it loaded had moved no digest) and pkg_resources' entry points.
+BANNED = (
+    "importlib",
+    "pkgutil",
+    "runpy",
+    "builtins",
+    "imp",
+    "zipimport",
+    "pydoc",
+    "pkg_resources",
+)
 BUILTINS = {"__import__", "exec", "eval", "compile", "__builtins__"}
 LOADERS = {  # call names that load code named by their first argument
     "import_module", "__import__", "run_module", "run_path", "spec_from_file_location",
     "exec_module", "module_from_spec", "load_module", "find_spec", "reload", "exec", "eval", "compile",
+    "locate",
 }  # fmt: skip
 REGISTRY_LOADERS = {"load", "load_studies"}  # psrnn.registry's: a "module:name" string -> its object
 ALLOWED_STRING_IMPORTS = {  # module -> what it may do of the above (each load a digest root)
@@ -432,6 +444,18 @@ EXTRA = "'psrnn.studies.relreg.extra'"
         (
             "import sys\nm = sys.modules['importlib'].import_module(x)\n",
             ["2: loads x by name", "2: names 'importlib'"],
+        ),
+        (  # the confirming pass of stop 62, 8a: pydoc's loader by dotted name
+            f"import pydoc\n_extra = pydoc.locate({EXTRA})\n",
+            ["1: imports pydoc", f"2: loads {EXTRA} by name"],
+        ),
+        (
+            f"from pydoc import locate as find\n_extra = find({EXTRA})\n",
+            ["1: imports pydoc.locate", "2: uses find"],
+        ),
+        (
+            "import pkg_resources as pr\nf = pr.load_entry_point(d, g, n)\n",
+            ["1: imports pkg_resources", "2: uses pr.load_entry_point"],
         ),
         ("f = eval\nf(text)\n", ["1: uses eval"]),
         ("g = compile(text, 'f', 'exec')\n", ["1: loads text by name"]),

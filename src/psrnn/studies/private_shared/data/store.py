@@ -4,8 +4,10 @@ a temporary name and renamed into place, so a killed `prepare` leaves the old fo
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,7 +25,12 @@ WRITES = (*(f"{split}.pt" for split in SPLITS), CHECKSUMS, "manifest.json")  # a
 
 def through(out_dir: Path) -> Path:
     """The folder `out_dir` names: a link's target, where prepare writes."""
-    return out_dir.resolve() if out_dir.is_symlink() else out_dir
+    if not out_dir.is_symlink():
+        return out_dir
+    try:
+        return out_dir.resolve(strict=False)
+    except RuntimeError:  # Python 3.11's Path.resolve on a loop of links (battery C, D-loop)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(out_dir)) from None
 
 
 def check_target(out_dir: Path) -> None:
@@ -46,6 +53,9 @@ def check_target(out_dir: Path) -> None:
             # one of its own holds its manifest (or splits.sha256 alone: Snakemake deletes a
             # job's declared outputs, the split files and manifest, before it runs prepare)
             foreign = names
+        if not foreign and CHECKSUMS in names and not prepared_checksums(out_dir / CHECKSUMS):
+            # a user's own checksum list of that name alone had been replaced (stop 62, P06c)
+            foreign = [CHECKSUMS]
         if foreign:
             raise UserError(
                 f"{out_dir}: holds {foreign[0]!r}"
@@ -62,6 +72,16 @@ def prepared_manifest(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(found, dict) and {"dataset", "counts", *MANIFEST_KEYS} <= set(found)
+
+
+def prepared_checksums(path: Path) -> bool:
+    """True when `path` is a splits.sha256 that prepare could have written: `sha256sum` lines
+    (psrnn.files.read_sha256sums) naming only the files of a prepared folder."""
+    try:
+        named = files.read_sha256sums(path)
+    except (OSError, ValueError):
+        return False
+    return named is not None and bool(named) and set(named) <= set(WRITES) - {CHECKSUMS}
 
 
 def seal(folder: Path) -> None:

@@ -9,11 +9,16 @@ file. Nothing in the prepared folder is written; the temporary folder is removed
 the command ends.
 
 manifest.json is compared as JSON without `psrnn_version` (which psrnn wrote it, not what
-the data is); splits.sha256 follows from the files compared.
+the data is) and without the workflow's stamp (`workflow_spec`: the config that asked for
+it, which a `--set` leaves out; battery C of stop 62, V07: a `--set` repeating the config's
+own value called a sound folder "edited or swapped"); splits.sha256 follows from the files
+compared. The temporary folder is made in the system's temporary folder where the prepared
+one's parent cannot be written (a read-only data mount: V05).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import tempfile
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from psrnn.errors import UserError
+from psrnn.jobspec import SPEC_KEY
 from psrnn.studies.private_shared.data.checks import CHECKSUMS
 from psrnn.studies.private_shared.data.store import WRITES
 
@@ -33,7 +39,7 @@ def _manifest(path: Path) -> Any:
         m = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return {k: v for k, v in m.items() if k != "psrnn_version"} if isinstance(m, dict) else m
+    return {k: v for k, v in m.items() if k not in ("psrnn_version", SPEC_KEY)} if isinstance(m, dict) else m
 
 
 def differences(prepared: Path, again: Path) -> list[str]:
@@ -56,7 +62,12 @@ def verify(prepare: Callable[[Path], Any], prepared: Path, raw: Path) -> str:
     to print when they agree, a UserError naming the files that differ when not."""
     if not (prepared / "manifest.json").is_file():
         raise UserError(f"{prepared}: no prepared dataset to verify (no manifest.json); prepare it first")
-    tmp = Path(tempfile.mkdtemp(prefix=f".verify-{prepared.name}-", dir=prepared.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".verify-{prepared.name}-", dir=prepared.parent))
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        tmp = Path(tempfile.mkdtemp(prefix=f"psrnn-verify-{prepared.name}-"))  # the data is read only here
     try:
         prepare(tmp / prepared.name)
         wrong = differences(prepared, tmp / prepared.name)
