@@ -452,6 +452,24 @@ def test_a_deleted_proof_is_named_and_restamp_verify_proves_the_runs_again(ci):
     assert not any("does not name" in ln for ln in stale_code("ci.yaml"))
 
 
+def test_only_a_proof_to_todays_digest_proves_a_run_that_records_it(ci):
+    """The confirming pass of stop 62, 3i/3j: run names were pooled over the proofs of every
+    digest, so a run stamped by hand to today's digest, or one whose proof to it was deleted
+    while an older proof named it, passed as proven."""
+    from psrnn.engine.proofs import unproven
+
+    cfg = ci["ci"]
+    now = codehash.training_digest("relreg")
+    runs = sorted(C.results_root(cfg).glob("*/*/*/metrics.json"))
+    for path in runs:  # stamped to today's digest by hand, an older digest kept
+        write_json(path, {**read_json(path), "training_code": now, "restamped_from": OLD})
+    names = [str(p) for p in runs]
+    older = {"from": [OLD], "to": OLD, "retrained": names, "restamped": names, "complete": True}
+    assert sorted(map(str, unproven(cfg, [older], now))) == sorted(names)
+    today = {**older, "from": [OLD], "to": now}
+    assert unproven(cfg, [older, today], now) == []
+
+
 # a GPU host as torch sees it, on this CPU: CUDA "available", an H100 (nothing is run on it)
 FAKE_H100 = """
 import torch

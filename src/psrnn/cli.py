@@ -348,3 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":  # `python -m psrnn.cli ...` as `python -m psrnn ...` (battery J-10 of stop 62)
+    raise SystemExit(entry())

@@ -113,8 +113,17 @@ def unproven(cfg: dict[str, Any], earlier: list[dict[str, Any]], new: str) -> li
     names them (re-trained, stamped or verified), in experiment, final-then-search order: a
     run stamped by a restamp (`restamped_from`) whose proof is gone, and, where a proof from
     before restamp named what it stamped reached `new`, any such run (an earlier restamp
-    stamped it from a sample). A final run that took a named run's record is covered by it."""
-    named = {r for p in earlier for k in ("retrained", "verified", "restamped") for r in p.get(k, [])}
+    stamped it from a sample). A final run that took a named run's record is covered by it.
+    Only a proof to `new` names a run for it: a run stamped by hand to today's digest, or
+    whose proof to it was deleted, had passed as named by an older proof (the confirming pass
+    of stop 62, 3i/3j)."""
+    named = {
+        r
+        for p in earlier
+        if p.get("to") == new
+        for k in ("retrained", "verified", "restamped")
+        for r in p.get(k, [])
+    }
     # a restamp's record from before they named what they stamped (a sample's stamps unproven)
     sampled = any(p.get("to") == new and "restamped_runs" in p and "restamped" not in p for p in earlier)
     out = []
