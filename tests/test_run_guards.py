@@ -116,6 +116,35 @@ def test_a_run_in_a_process_that_loaded_torch_without_the_job_env_is_refused(tmp
     assert not out.exists()
 
 
+def test_a_job_env_set_after_torch_ran_an_operation_is_refused(tmp_path):
+    """The pass of stop 62, N-R16: the variables set in os.environ after torch had run its first
+    operation looked in effect, and the record said so, while torch ran other kernels (0.665
+    where the suite's run gives 0.67). torch's own answer decides; nothing is written."""
+    out = tmp_path / "run"
+    late = (
+        "import os, sys, torch\n"
+        "torch.randn(8, 8).sum()\n"
+        "os.environ.update(ATEN_CPU_CAPABILITY='default', MKL_CBWR='COMPATIBLE')\n"
+        "import psrnn.cli as c\n"
+        "raise SystemExit(c.main(sys.argv[1:]))\n"
+    )
+    args = ["train", "--config", RELREG_CI, "--experiment", "lstm_l2", "--point", POINT, "--out", str(out)]
+    res = subprocess.run([sys.executable, "-c", late, *args], env=clean_env(), capture_output=True, text=True)
+    natural = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if natural == "DEFAULT":
+        pytest.skip("this CPU runs torch's default kernels anyway")
+    assert res.returncode == 2, res.stderr
+    [line] = res.stderr.strip().splitlines()
+    assert line.startswith("psrnn train: error: torch in this process runs the CPU kernels ")
+    assert "not the suite's job_env ATEN_CPU_CAPABILITY=default (set after torch had started them)" in line
+    assert not out.exists()
+
+
 def test_a_second_config_is_refused(tmp_path, capsys):
     """`train --config A --config B` had trained B (argparse keeps the last) under A's
     job_env (psrnn.engine.jobenv reads the first): battery N-AB4."""

@@ -280,6 +280,25 @@ def job_env_in_effect(argv: list[str]) -> None:
             "process, so this run would train on other CPU kernels than the suite's: start it as "
             "`python -m psrnn ...` (it sets them), or set them before torch is imported"
         )
+    want = jobenv_value(argv, "ATEN_CPU_CAPABILITY")
+    if want is not None and "torch" in sys.modules:
+        import torch
+
+        # set after torch ran its first operation, the variable no longer picks the kernels
+        # (the pass of stop 62, N-R16: the record said `default`, torch ran AVX512's)
+        running = torch.backends.cpu.get_cpu_capability()
+        if running.lower() != want.lower():
+            raise UserError(
+                f"torch in this process runs the CPU kernels {running}, not the suite's job_env "
+                f"ATEN_CPU_CAPABILITY={want} (set after torch had started them): start it as "
+                "`python -m psrnn ...` (it sets them), or set them before torch is imported"
+            )
+
+
+def jobenv_value(argv: list[str], key: str) -> str | None:
+    from psrnn.engine import jobenv
+
+    return jobenv.suite_env(command_first(argv)).get(key)
 
 
 def entry() -> int:
