@@ -271,7 +271,9 @@ def test_nothing_below_the_snakefile_helper_imports_it():
 # now refuses the means, not the spellings: any import of the modules that load code by name
 # (BANNED), any reference to the builtins that do (BUILTINS) and any use of a binding of
 # either but a loader call, which is then judged by its argument. A deliberate gadget chain
-# (an object's __class__ walked to the builtins) is a reviewer's to catch, not a rule's.
+# (an object's __class__ walked to the builtins, a pickle's GLOBAL opcode in a bytes literal,
+# `__import__` in a string annotation typing.get_type_hints evaluates, logging.config's
+# resolver: the pass of stop 62, N-R1..N-R3) is a reviewer's to catch, not a rule's.
 # Loaders by name beyond importlib's: pydoc.locate (the confirming pass of stop 62, 8a: a
 # change it loaded had moved no digest) and pkg_resources' entry points.
 BANNED = (
