@@ -8,6 +8,7 @@ and stops with one line naming the file and what is wrong; nothing is left half-
 from __future__ import annotations
 
 import gzip
+import hashlib
 import http.server
 import io
 import os
@@ -319,6 +320,25 @@ def test_prepare_replaces_a_folder_snakemake_emptied_but_for_its_checksums(tmp_p
     for name in ("train.pt", "valid.pt", "test.pt", "manifest.json"):
         (out / name).unlink()
     assert main(argv) == 0 and sorted(p.name for p in out.iterdir()) == sorted(S.WRITES)
+
+
+def test_a_loop_of_links_is_one_line(tmp_path, capsys):
+    """Battery C of stop 62, D-loop/P06g: `--out` or `--raw` naming a loop of symbolic links
+    had shown RuntimeError's and OSError's stacks; nothing is written."""
+    raw = idx_raw(tmp_path / "raw", 28, 28)
+    loop, back = tmp_path / "loop", tmp_path / "back"
+    loop.symlink_to(back)
+    back.symlink_to(loop)
+    says = "a loop of symbolic links (links that lead back to themselves): point it at a folder"
+    line = one_line_error(["prepare", "mnist", "--raw", str(raw), "--out", str(loop), *SMALL], capsys)
+    assert line == f"psrnn prepare: error: {loop}: {says}"
+    md5 = raw / "MD5SUMS"
+    md5.write_text(
+        "".join(f"{hashlib.md5(f.read_bytes()).hexdigest()}  {f.name}\n" for f in sorted(raw.iterdir()))
+    )
+    argv = ["download", "mnist", "--raw", str(loop), "--mirror", str(raw), "--md5", str(md5), "--no-official"]
+    assert one_line_error(argv, capsys) == f"psrnn download: error: {loop / 'download.json'}: {says}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["back", "loop", "raw"]
 
 
 def test_prepare_writes_through_a_link(tmp_path, capsys):

@@ -158,7 +158,7 @@ PATH_ERRORS = {
     errno.EBUSY: "{}: busy (a mount point or a folder in use), not a file",
     # over `ulimit -f` (Python ignores SIGXFSZ, so the write fails instead of the process)
     errno.EFBIG: "{}: file too large for this shell's file size limit (ulimit -f): raise it",
-    errno.ELOOP: "{}: a loop of symbolic links (a link that names itself, at last): point it at a folder",
+    errno.ELOOP: "{}: a loop of symbolic links (links that lead back to themselves): point it at a folder",
 }
 
 
@@ -260,32 +260,38 @@ def refuse_second_config(argv: list[str]) -> None:
         raise UserError(f"--config given {len(given)} times: name one config")
 
 
-def missing_job_env(argv: list[str]) -> dict[str, str]:
-    """The variables of the suite's job_env that a training command line's process lacks."""
+def suite_job_env(argv: list[str]) -> dict[str, str]:
+    """The job_env of the suite a training command line names (psrnn.engine.jobenv)."""
     from psrnn.engine import jobenv
 
-    return {k: v for k, v in jobenv.suite_env(command_first(argv)).items() if os.environ.get(k) != v}
+    return jobenv.suite_env(command_first(argv))
+
+
+def missing_job_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of `env` that this process does not run under."""
+    return {k: v for k, v in env.items() if os.environ.get(k) != v}
 
 
 def job_env_in_effect(argv: list[str]) -> None:
-    """A UserError naming the suite's job_env where main could not set it before torch loaded
-    (a notebook that imported torch first): the run had trained on other CPU kernels than
-    the suite's runs without a word (battery J-6 of stop 62: test_acc 0.635 where Snakemake's
-    run gives 0.655). main sets it itself while torch is not loaded (J-5: `psrnn.cli.main`
-    called from Python)."""
-    if missing := missing_job_env(argv):
+    """A UserError where the suite's job_env is not what torch runs under in this process:
+    the run had trained on other CPU kernels than the suite's runs without a word. main sets
+    it itself while torch is not loaded (the confirming pass of stop 62, J-5: `psrnn.cli.main`
+    called from Python); once torch is loaded without it (J-6: a notebook that imported torch
+    first), or after torch ran its first operation, when the variable no longer picks the
+    kernels (N-R16: the record said `default`, torch ran AVX512's; torch's own answer
+    decides), it is too late."""
+    env = suite_job_env(argv)
+    if missing := missing_job_env(env):
         named = ", ".join(f"{k}={v}" for k, v in missing.items())
         raise UserError(
             f"the suite's job_env ({named}) is not in effect and torch is already loaded in this "
             "process, so this run would train on other CPU kernels than the suite's: start it as "
             "`python -m psrnn ...` (it sets them), or set them before torch is imported"
         )
-    want = jobenv_value(argv, "ATEN_CPU_CAPABILITY")
+    want = env.get("ATEN_CPU_CAPABILITY")
     if want is not None and "torch" in sys.modules:
         import torch
 
-        # set after torch ran its first operation, the variable no longer picks the kernels
-        # (the pass of stop 62, N-R16: the record said `default`, torch ran AVX512's)
         running = torch.backends.cpu.get_cpu_capability()
         if running.lower() != want.lower():
             raise UserError(
@@ -293,12 +299,6 @@ def job_env_in_effect(argv: list[str]) -> None:
                 f"ATEN_CPU_CAPABILITY={want} (set after torch had started them): start it as "
                 "`python -m psrnn ...` (it sets them), or set them before torch is imported"
             )
-
-
-def jobenv_value(argv: list[str], key: str) -> str | None:
-    from psrnn.engine import jobenv
-
-    return jobenv.suite_env(command_first(argv)).get(key)
 
 
 def entry() -> int:
@@ -315,7 +315,7 @@ def entry() -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "torch" not in sys.modules:  # before the parser loads the commands' modules, and torch
-        os.environ.update(missing_job_env(argv))  # in effect when torch loads (J-5)
+        os.environ.update(missing_job_env(suite_job_env(argv)))  # in effect when torch loads (J-5)
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
     try:
         args = build_parser().parse_args(argv)
