@@ -330,3 +330,18 @@ def test_a_final_record_edited_apart_from_the_search_record_it_took_is_refused(t
     assert refused(C.ROOT / "config" / "mnist-real.yaml", tmp_path / "results" / "mnist-real", capsys) == (
         f"{path}: took the record of {source} but differs from it in test_acc (edited); delete its folder"
     )
+
+
+def test_a_suite_without_a_job_env_leaves_the_kernel_variables_to_the_machine(tmp_path, monkeypatch):
+    """A run of a suite that sets no job_env trains under its shell's variables (MKL_CBWR
+    exported there): its record is the suite's run, not one trained outside the suite's
+    job_env (which had refused the third study's every run once the tests' process set them)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = write_tiny(tmp_path)
+    suite = C.load_suite(cfg)
+    assert not suite.get("job_env")
+    records = write_search(suite, {"lr-0.1": 0.4, "lr-0.01": 0.6})
+    for path in records.values():
+        edit_record(path, lambda m: m.update(kernel_env={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AUTO"}))
+    assert main(["select", "--config", str(cfg), "--experiment", "ps"]) == 0
+    assert json.loads(C.selection_path(suite, "ps").read_text())["point"] == "lr-0.01"

@@ -93,7 +93,9 @@ def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None
     it (a by-hand command that skipped the job_env: battery N-AB2/N-AB3 gave 0.635 where the
     suite's runs give 0.655) is no run of the suite. Every record psrnn writes holds it (all
     7,496 committed ones do): one without it, or with no mapping there, was edited (battery
-    J-8: the key deleted had passed the check)."""
+    J-8: the key deleted had passed the check). Only the variables the suite's job_env sets
+    are compared: a suite that sets none leaves them to the machine its jobs run on (a shell
+    that exports MKL_CBWR trains every run under it)."""
     from psrnn.engine.checkpoint import KERNEL_ENV
 
     saved = m.get("kernel_env")
@@ -104,7 +106,9 @@ def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None
         )
     env = cfg.get("job_env") or {}
     other = [
-        f"{k} {saved.get(k)!r}, job_env {env.get(k)!r}" for k in KERNEL_ENV if saved.get(k) != env.get(k)
+        f"{k} {saved.get(k)!r}, job_env {env.get(k)!r}"
+        for k in KERNEL_ENV
+        if k in env and saved.get(k) != env.get(k)
     ]
     if other:
         raise UserError(
