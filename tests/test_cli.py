@@ -375,3 +375,14 @@ def test_a_config_path_that_is_no_file_says_what_it_is(kind, tmp_path, capsys):
         says = "not found"
     err = capsys.readouterr().err
     assert err == f"psrnn config: error: {child}: extends: {path}: file {says} ({path.resolve()})\n"
+
+
+def test_python_m_psrnn_cli_runs_the_cli():
+    """`python -m psrnn.cli ...` had exited 0 doing nothing (battery J-10 of stop 62)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "psrnn.cli", "train", "--config", "nowhere.yaml", "--experiment", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2
+    assert res.stderr.startswith("psrnn train: error: ") and "nowhere.yaml" in res.stderr, res.stderr
