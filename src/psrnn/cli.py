@@ -272,15 +272,14 @@ def missing_job_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if os.environ.get(k) != v}
 
 
-def job_env_in_effect(argv: list[str]) -> None:
+def job_env_in_effect(env: dict[str, str]) -> None:
     """A UserError where the suite's job_env is not what torch runs under in this process:
     the run had trained on other CPU kernels than the suite's runs without a word. main sets
     it itself while torch is not loaded (the confirming pass of stop 62, J-5: `psrnn.cli.main`
     called from Python); once torch is loaded without it (J-6: a notebook that imported torch
     first), or after torch ran its first operation, when the variable no longer picks the
     kernels (N-R16: the record said `default`, torch ran AVX512's; torch's own answer
-    decides), it is too late."""
-    env = suite_job_env(argv)
+    decides), it is too late. `env`: the suite's job_env (suite_job_env)."""
     if missing := missing_job_env(env):
         named = ", ".join(f"{k}={v}" for k, v in missing.items())
         raise UserError(
@@ -314,8 +313,9 @@ def entry() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    job_env = suite_job_env(argv)  # empty for a command that trains nothing
     if "torch" not in sys.modules:  # before the parser loads the commands' modules, and torch
-        os.environ.update(missing_job_env(suite_job_env(argv)))  # in effect when torch loads (J-5)
+        os.environ.update(missing_job_env(job_env))  # in effect when torch loads (J-5)
     saved, sys.argv = sys.argv, [sys.argv[0], *argv]
     try:
         args = build_parser().parse_args(argv)
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.redirect_stdout(out):
                 refuse_repeats(args)
                 refuse_second_config(argv)
-                job_env_in_effect(argv)
+                job_env_in_effect(job_env)
                 status = int(importlib.import_module(args._module).run(args) or 0)
         LOG.debug("%s: exit %d after %.1f s", args.command, status, time.perf_counter() - start)
         return status

@@ -346,14 +346,10 @@ def not_as_prepared(path: Path) -> bool:
     deleted a finished run). prepare writes the two together, so a folder of its own always
     has both; an older psrnn's, which training refuses too, is made again by prepare."""
     try:
-        named = read_sha256sums(path.parent / CHECKSUMS)
-        return named is None or path.name not in named or sha256_of(path) != named[path.name]
+        named = read_sha256sums(path.parent / CHECKSUMS) or {}
+        return named.get(path.name) != hashlib.sha256(path.read_bytes()).hexdigest()
     except (OSError, ValueError):
         return True
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def off_grid(exp: dict[str, Any], sel: Any) -> bool:

@@ -61,14 +61,16 @@ def trained_with(cfg: dict[str, Any], path: Path) -> list[Path]:
 
 
 def differences(cfg: dict[str, Any], record: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    """'key: recorded X, re-trained Y' for every regression key that differs (exactly)."""
-    out = []
-    for key in registry.study_of(cfg).regression_keys:
-        if record.get(key) != got.get(key):
-            out.append(f"{key}: recorded {record.get(key)!r}, re-trained {got.get(key)!r}")
-    if record.get("test") != got.get("test"):  # a study's per-length accuracies, where it has them
-        out.append("test: the per-length accuracies differ")
-    return out
+    """'key: recorded X, re-trained Y' for every key that differs (psrnn.report.records.
+    differing_keys: the regression keys, then the per-length accuracies)."""
+    from psrnn.report.records import differing_keys
+
+    return [
+        "test: the per-length accuracies differ"
+        if key == "test"
+        else f"{key}: recorded {record.get(key)!r}, re-trained {got.get(key)!r}"
+        for key in differing_keys(cfg, record, got)
+    ]
 
 
 def device_for(path: Path, record: dict[str, Any]) -> str:

@@ -118,22 +118,30 @@ def check_kernel_env(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None
         )
 
 
+def differing_keys(cfg: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys two records of one run hold differently (exactly): the study's regression keys,
+    then `test`, its per-length accuracies where it has them. What restamp compares a run
+    trained again by (psrnn.engine.retrain.differences), and compile a reused record by."""
+    from psrnn import registry
+
+    return [k for k in (*registry.study_of(cfg).regression_keys, "test") if a.get(k) != b.get(k)]
+
+
 def check_reused(path: Path, m: dict[str, Any], cfg: dict[str, Any]) -> None:
     """A final run that took its search run's record as its own (`reused_from`,
-    psrnn.engine.checkpoint.adopt_finished) holds that record's numbers: the study's
-    regression keys and per-length accuracies, as `restamp` compares them. One edited apart
-    from its source (the confirming pass of stop 62, 1i': a coherent edit of a reused
-    relreg record moved Table 4.5's bit accuracy 35.94 -> 45.94) is a UserError naming both
-    files. A source that is gone is not compared (compile warns of a missing search run)."""
-    from psrnn import registry
+    psrnn.engine.checkpoint.adopt_finished) holds that record's numbers (differing_keys, as
+    `restamp` compares them). One edited apart from its source (the confirming pass of stop
+    62, 1i': a coherent edit of a reused relreg record moved Table 4.5's bit accuracy 35.94
+    -> 45.94) is a UserError naming both files. A source that is gone is not compared
+    (compile warns of a missing search run)."""
     from psrnn.files import read_json
 
     source = m.get("reused_from")
-    if not source or not (Path(str(source)) / "metrics.json").is_file():
+    found = Path(str(source)) / "metrics.json" if source else None
+    if found is None or not found.is_file():
         return
-    theirs = read_json(Path(str(source)) / "metrics.json")
-    keys = [*registry.study_of(cfg).regression_keys, "test"]
-    if differ := [k for k in keys if isinstance(theirs, dict) and m.get(k) != theirs.get(k)]:
+    theirs = read_json(found)
+    if isinstance(theirs, dict) and (differ := differing_keys(cfg, m, theirs)):
         raise UserError(
             f"{path}: took the record of {source} but differs from it in {', '.join(differ)} (edited); "
             "delete its folder"

@@ -78,10 +78,10 @@ def prepared_checksums(path: Path) -> bool:
     """True when `path` is a splits.sha256 that prepare could have written: `sha256sum` lines
     (psrnn.files.read_sha256sums) naming only the files of a prepared folder."""
     try:
-        named = files.read_sha256sums(path)
+        named = files.read_sha256sums(path) or {}
     except (OSError, ValueError):
         return False
-    return named is not None and bool(named) and set(named) <= set(WRITES) - {CHECKSUMS}
+    return bool(named) and set(named) <= set(WRITES) - {CHECKSUMS}
 
 
 def seal(folder: Path) -> None:
